@@ -13,7 +13,6 @@ tools come from each package's ``test`` dependency group.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
@@ -245,11 +244,18 @@ def _requirements_file(path: Path) -> list[str]:
 @nox.session(python=MAIN_PYTHON)
 def docs(session: nox.Session) -> None:
     """The documentation site, warnings as errors, every example executed."""
-    _install(session, PACKAGES, test_tools=False, extra=_requirements_file(DOCS / "requirements.txt"))
+    _install(
+        session, PACKAGES, test_tools=False, extra=_requirements_file(DOCS / "requirements.txt")
+    )
     for builder in ("html", "doctest"):
         session.run(
-            "sphinx-build", "-W", "--keep-going", "-b", builder,
-            str(DOCS), str(DOCS / "_build" / builder),
+            "sphinx-build",
+            "-W",
+            "--keep-going",
+            "-b",
+            builder,
+            str(DOCS),
+            str(DOCS / "_build" / builder),
         )
 
 
@@ -263,7 +269,9 @@ def demo(session: nox.Session) -> None:
 @nox.session(python=MAIN_PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks against their floors and peers, measured in one run; never default."""
-    _install(session, PACKAGES, test_tools=False, extra=_requirements_file(BENCH / "requirements.txt"))
+    _install(
+        session, PACKAGES, test_tools=False, extra=_requirements_file(BENCH / "requirements.txt")
+    )
     out = DOCS / "performance"
     out.mkdir(parents=True, exist_ok=True)
     for script in sorted(BENCH.glob("bench_*.py")):
