@@ -1,0 +1,125 @@
+"""Sphinx configuration for the sched documentation site.
+
+``nox -s docs`` builds it twice with warnings as errors: once as HTML and once
+with the ``doctest`` builder, which executes every ``{doctest}`` block of every
+page. Longer examples live as files under ``docs/examples/``, are shown with
+``literalinclude`` and are run by ``tests-integration/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+
+# docs/examples/ is importable from doctest blocks (``import jobrunner``).
+sys.path.insert(0, str(DOCS / "examples"))
+
+project = "sched"
+author = "The sched developers"
+copyright = "2026, The sched developers"
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.doctest",
+]
+
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+root_doc = "index"
+
+# The six distributions, by folder: import name and docs page. A package's page
+# (with its autodoc reference) joins the site the moment its source folder
+# exists; from then on a broken docstring or example fails the build.
+PACKAGES = {
+    "sched-interval": "sched_interval",
+    "sched-loop": "sched_loop",
+    "sched-lock": "sched_lock",
+    "sched-exclusive": "sched_exclusive",
+    "sched-cmd": "sched_cmd",
+    "sched-trigger": "sched_trigger",
+}
+
+# Pages that show several packages at work need all of them.
+PAGE_NEEDS = {
+    "getting-started": set(PACKAGES),
+    "composing": set(PACKAGES),
+    "operations": set(PACKAGES),
+    "compatibility": set(PACKAGES),
+    "security": set(PACKAGES),
+    "changelog": set(PACKAGES),
+}
+PAGE_NEEDS.update({f"packages/{dist}": {dist} for dist in PACKAGES})
+
+
+def _landed(dist: str) -> bool:
+    """Tell whether a package's code is in the tree (its ``__init__`` has an ``__all__``)."""
+    init = ROOT / "packages" / dist / "src" / PACKAGES[dist] / "__init__.py"
+    return init.is_file() and "__all__" in init.read_text(encoding="utf-8")
+
+
+LANDED = {dist for dist in PACKAGES if _landed(dist)}
+
+exclude_patterns = [
+    "_build",
+    "Thumbs.db",
+    ".DS_Store",
+    # Written by ``nox -s bench``; performance.md includes them.
+    "performance/*.md",
+    # Example programs are shown through literalinclude, not built as pages.
+    "examples/**",
+]
+
+_NOT_BUILT = {page for page, needs in PAGE_NEEDS.items() if not needs <= LANDED}
+exclude_patterns += [f"{page}.md" for page in sorted(_NOT_BUILT)]
+
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+# The changelog and performance pages include files that other tools write
+# (Keep a Changelog files, benchmark tables); their heading depth is theirs.
+suppress_warnings = ["myst.header"]
+
+autodoc_default_options = {
+    "members": True,
+    "show-inheritance": True,
+}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
+autodoc_preserve_defaults = True
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+
+doctest_global_setup = """
+import logging
+import os
+import sys
+import tempfile
+"""
+
+html_theme = "furo"
+html_title = "sched"
+html_static_path: list[str] = []
+
+
+def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> None:
+    """Hide toctree lines and links naming a page whose packages have not landed yet."""
+    if not _NOT_BUILT:
+        return
+    import re
+
+    lines = source[0].splitlines(keepends=True)
+    text = "".join(line for line in lines if line.strip() not in _NOT_BUILT)
+    for page in _NOT_BUILT:
+        text = re.sub(rf"\[([^\]]*)\]\((?:\.\./)?{re.escape(page)}\.md(?:#[^)]*)?\)", r"\1", text)
+    source[0] = text
+
+
+def setup(app: object) -> dict[str, bool]:
+    """Register the toctree filter (a no-op once every package is in the tree)."""
+    app.connect("source-read", _drop_unbuilt_references)  # type: ignore[attr-defined]
+    return {"parallel_read_safe": True}
