@@ -1,0 +1,157 @@
+"""The holder line: one RFC 3339 UTC timestamp the lock holder records.
+
+The Go library writes ``time.Now().UTC().Format(time.RFC3339Nano)`` and reads
+it back with ``time.Parse(time.RFC3339Nano, strings.TrimSpace(content))``.
+:func:`format_holder_line` writes the same bytes (nine fraction digits at
+most, trailing zeros trimmed, no fraction at all on a whole second, then a
+newline) and :func:`parse_holder` accepts what Go's RFC 3339 parser accepts:
+any ``Z`` or ``±hh:mm`` offset, any number of fraction digits (digits past
+the ninth are ignored, as in Go), ASCII white space around the line.
+Everything else, torn lines included, parses to ``None``.
+
+Formatting is on the lock's hot path, so it uses ``time.gmtime`` and string
+formatting rather than ``datetime``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+from ._errors import wrap_error
+
+_NS = 1_000_000_000
+# The longest line Go's parser could accept is short; a file longer than this
+# is not a holder line (it would be padded with megabytes of white space).
+_READ_LIMIT = 64 * 1024
+
+
+def format_holder_line(ns: int) -> bytes:
+    """Format ``ns`` nanoseconds since the epoch as Go's ``RFC3339Nano`` line.
+
+    Args:
+        ns: nanoseconds since the Unix epoch, as from ``time.time_ns()``.
+
+    Returns:
+        ASCII bytes such as ``b"2026-12-02T12:00:00.5Z\\n"``.
+    """
+    seconds, fraction = divmod(ns, _NS)
+    line = b"%04d-%02d-%02dT%02d:%02d:%02d" % time.gmtime(seconds)[:6]
+    if fraction:
+        return line + (b".%09d" % fraction).rstrip(b"0") + b"Z\n"
+    return line + b"Z\n"
+
+
+def _number(text: bytes, start: int, end: int, low: int, high: int) -> int:
+    """Parse ``text[start:end]`` as decimal digits in ``[low, high]``, else -1."""
+    part = text[start:end]
+    if len(part) != end - start or not part.isdigit():  # bytes.isdigit is ASCII only
+        return -1
+    value = int(part)
+    return value if low <= value <= high else -1
+
+
+def _date_time(text: bytes) -> tuple[int, int, int, int, int, int] | None:
+    """Parse ``YYYY-MM-DDTHH:MM:SS`` at the start of ``text``."""
+    if text[4:5] != b"-" or text[7:8] != b"-" or text[10:11] != b"T":
+        return None
+    if text[13:14] != b":" or text[16:17] != b":":
+        return None
+    fields = (
+        _number(text, 0, 4, 1, 9999),  # datetime has no year 0, and Go never writes one
+        _number(text, 5, 7, 1, 12),
+        _number(text, 8, 10, 1, 31),  # the month's real length is datetime's to check
+        _number(text, 11, 13, 0, 23),
+        _number(text, 14, 16, 0, 59),
+        _number(text, 17, 19, 0, 59),
+    )
+    return None if min(fields) < 0 else fields
+
+
+def _fraction(text: bytes) -> tuple[int, bytes] | None:
+    """Parse an optional ``.digits`` into microseconds, and return the rest."""
+    if text[:1] != b".":
+        return 0, text
+    end = 1
+    while text[end : end + 1].isdigit():
+        end += 1
+    if end == 1:
+        return None
+    return int(text[1:end][:6].ljust(6, b"0")), text[end:]
+
+
+def _offset_minutes(text: bytes) -> int | None:
+    """Parse ``Z`` or ``+hh:mm`` / ``-hh:mm`` (the whole of ``text``)."""
+    if text == b"Z":
+        return 0
+    if len(text) != 6 or text[:1] not in (b"+", b"-") or text[3:4] != b":":
+        return None
+    hours = _number(text, 1, 3, 0, 23)
+    minutes = _number(text, 4, 6, 0, 59)
+    if hours < 0 or minutes < 0:
+        return None
+    return (hours * 60 + minutes) * (-1 if text[:1] == b"-" else 1)
+
+
+def parse_holder(content: bytes) -> datetime | None:
+    """Parse a holder line as Go's ``time.Parse(time.RFC3339Nano, ...)`` does.
+
+    Args:
+        content: the lock file's bytes.
+
+    Returns:
+        The instant as an aware UTC ``datetime`` (microsecond precision, the
+        nanoseconds truncated), or ``None`` when ``content`` is empty, torn or
+        not an RFC 3339 timestamp. It never raises for bad content.
+    """
+    text = content.strip()  # ASCII white space, as Go's TrimSpace for these bytes
+    fields = _date_time(text)
+    fraction = _fraction(text[19:])
+    if fields is None or fraction is None:
+        return None
+    micro, rest = fraction
+    offset = _offset_minutes(rest)
+    if offset is None:
+        return None
+    try:
+        local = datetime(*fields, micro, tzinfo=UTC)
+        return local - timedelta(minutes=offset)
+    except (ValueError, OverflowError):  # February 30th, or past datetime's range
+        return None
+
+
+def read_holder(path: str | os.PathLike[str]) -> datetime | None:
+    """Read when the current holder of the lock at ``path`` acquired it.
+
+    The value is for observability (how long has the run been going?) and is
+    meaningful only while the lock is held; it never affects locking. It reads
+    lines written by this package and by the Go library alike.
+
+    Args:
+        path: the lock file.
+
+    Returns:
+        The acquisition time as a timezone-aware UTC ``datetime``, or ``None``
+        when the file is absent, empty, torn or holds garbage.
+
+    Raises:
+        LockError: the file exists but cannot be read (``PermissionError``,
+            ``IsADirectoryError``, an I/O error...). Bad content never raises.
+    """
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise wrap_error(exc, "open", name) from None
+    try:
+        content = os.read(fd, _READ_LIMIT + 1)
+    except OSError as exc:
+        raise wrap_error(exc, "read", name) from None
+    finally:
+        os.close(fd)
+    if len(content) > _READ_LIMIT:
+        return None
+    return parse_holder(content)

@@ -1,0 +1,143 @@
+"""SlotFile: a single-slot byte payload under flock'd read-modify-write.
+
+The slot file is created on first use and never unlinked (unlinking a file
+that contenders have open lets the next opener lock a fresh inode, breaking
+mutual exclusion): clearing it stores an empty payload.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Callable
+from typing import final
+
+from ._errors import SlotFileError, wrap_error
+from ._flock import FILE_MODE, open_flags, release
+
+MAX_SLOT_SIZE = 64 * 1024
+"""The most a :meth:`SlotFile.mutate` reads or writes, in bytes."""
+
+# Most slots are a few bytes: read this much first, the rest only if needed,
+# so a small slot does not allocate a 64 KiB buffer per transaction.
+_FIRST_READ = 512
+
+_flock = fcntl.flock
+_pread = os.pread
+_pwrite = os.pwrite
+_ftruncate = os.ftruncate
+_LOCK_EX = fcntl.LOCK_EX
+
+
+def _error(exc: OSError, what: str, path: str, before: bytes | None) -> SlotFileError:
+    error = wrap_error(exc, what, path, SlotFileError)
+    assert isinstance(error, SlotFileError)
+    error.before = before
+    return error
+
+
+def _as_bytes(value: object, path: str) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(
+        f"SlotFile.mutate function must return bytes or None, not {type(value).__name__}: {path!r}"
+    )
+
+
+@final
+class SlotFile:
+    """A byte payload shared across processes through one file.
+
+    Each :meth:`mutate` is one transaction under a blocking exclusive flock on
+    the file itself. The payload's meaning is the caller's: parsers should
+    read torn or unparseable content as their zero value.
+
+    Args:
+        path: the slot file, created on first use. Keep it in a directory
+            that untrusted users cannot write.
+        follow_symlinks: ``False`` refuses a symbolic link at the final path
+            component (``O_NOFOLLOW``).
+    """
+
+    __slots__ = ("_flags", "_path")
+
+    def __init__(self, path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> None:
+        self._path = os.fspath(path)
+        self._flags = open_flags(follow_symlinks)
+
+    @property
+    def path(self) -> str:
+        """The slot file's path."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"SlotFile({self._path!r})"
+
+    def mutate(self, fn: Callable[[bytes], bytes | None]) -> bytes:
+        """Apply ``fn`` to the slot's content under the lock and store its result.
+
+        ``fn`` receives the current bytes (empty on first use, at most
+        :data:`MAX_SLOT_SIZE`) and returns the bytes to store, or ``None`` to
+        store an empty payload. A result equal to its argument writes nothing,
+        so ``slot.mutate(lambda b: b)`` is a read. ``fn`` runs under the lock:
+        keep it short. If it raises, nothing is written and the exception
+        propagates unchanged.
+
+        A crash during the write leaves either the complete new content or an
+        empty slot, never the old content's tail behind shorter new content:
+        content that keeps or grows its length is written in place, and the
+        file is cleared first only when the content shrinks.
+
+        Args:
+            fn: the transaction, from the old content to the new.
+
+        Returns:
+            The content ``fn`` saw.
+
+        Raises:
+            SlotFileError: the slot could not be opened, locked, read or
+                written; its ``before`` is the content read when the failure
+                came after the read. It names the path.
+            ValueError: ``fn`` returned more than :data:`MAX_SLOT_SIZE` bytes.
+            TypeError: ``fn`` returned something that is not bytes-like.
+        """
+        path = self._path
+        try:
+            fd = os.open(path, self._flags, FILE_MODE)
+        except OSError as exc:
+            raise _error(exc, "open", path, None) from None
+        try:
+            try:
+                _flock(fd, _LOCK_EX)
+                before = _pread(fd, _FIRST_READ, 0)
+                if len(before) == _FIRST_READ:
+                    before += _pread(fd, MAX_SLOT_SIZE - _FIRST_READ, _FIRST_READ)
+            except OSError as exc:
+                raise _error(exc, "read", path, None) from None
+            after = fn(before)
+            if after is before:
+                return before
+            if type(after) is not bytes:
+                after = _as_bytes(after, path)
+            if after == before:
+                return before
+            if len(after) > MAX_SLOT_SIZE:
+                raise ValueError(
+                    f"slot content of {len(after)} bytes exceeds the {MAX_SLOT_SIZE}-byte "
+                    f"limit: {path!r}"
+                )
+            try:
+                # A file of MAX_SLOT_SIZE bytes or more may be longer than what
+                # we read: treat it as shrinking so no tail survives.
+                if len(after) < len(before) or len(before) == MAX_SLOT_SIZE:
+                    _ftruncate(fd, 0)
+                if after and _pwrite(fd, after, 0) != len(after):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a short write
+            except OSError as exc:
+                raise _error(exc, "write", path, before) from None
+            return before
+        finally:
+            release(fd)
