@@ -56,9 +56,10 @@ PAGE_NEEDS.update({f"packages/{dist}": {dist} for dist in PACKAGES})
 
 
 def _landed(dist: str) -> bool:
-    """Tell whether a package's code is in the tree (its ``__init__`` has an ``__all__``)."""
+    """Tell whether a package's code (an ``__init__`` with ``__all__``) and page exist."""
     init = ROOT / "packages" / dist / "src" / PACKAGES[dist] / "__init__.py"
-    return init.is_file() and "__all__" in init.read_text(encoding="utf-8")
+    page = DOCS / "packages" / f"{dist}.md"
+    return page.is_file() and init.is_file() and "__all__" in init.read_text(encoding="utf-8")
 
 
 LANDED = {dist for dist in PACKAGES if _landed(dist)}

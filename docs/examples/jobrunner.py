@@ -1,0 +1,253 @@
+"""An example container job runner built on the six sched packages.
+
+This is the Python form of the Go library's composition root: one small
+program that reads its cadence from ``JOB_INTERVAL``, picks a mode, and runs
+one *cycle* (a real command, through ``sched_cmd.run``) at a time, never two
+at once across every process that shares its state directory, and drains on
+SIGTERM. Copy it and replace the command.
+
+Subcommands::
+
+    python jobrunner.py run      # the container's main process: JOB_INTERVAL picks the mode
+    python jobrunner.py poll     # one cycle on demand (docker exec, Ofelia): queue mode
+    python jobrunner.py daemon   # variant that owns every run: ticker + unix socket -> one queue
+
+Modes of ``run``, from ``JOB_INTERVAL`` (see the operations page):
+
+* a positive duration (``30m``, ``1h30m``), or unset/unparseable (the default,
+  6h): **built-in** -- a cycle at startup, then one every interval with +-10%
+  jitter; each tick is guarded by ``Exclusive.run_or_skip``;
+* ``off`` / ``disabled``: **external** -- idle until stopped; runs come from
+  ``poll`` (queued through ``Exclusive.run``);
+* ``0``: **once** -- one cycle, then exit.
+
+Environment:
+    JOB_INTERVAL: the cadence, a Go duration, or a sentinel (above).
+    JOB_COMMAND: the command a cycle runs, split like a shell would (default:
+        the ``work.py`` stand-in beside this file).
+    JOB_GRACE: how long the command gets between SIGTERM and SIGKILL on
+        shutdown, a Go duration (default 5s).
+    JOB_STATE_DIR: the directory holding ``cycle.lock`` and ``cycle.queued``
+        (default ``/tmp/jobrunner``). Keep it private to the job's user.
+    JOB_SOCKET: the trigger socket of the ``daemon`` variant (default
+        ``JOB_STATE_DIR/trigger.sock``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import shlex
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import sched_cmd
+from sched_exclusive import Exclusive, Outcome
+from sched_interval import Mode, Schedule, format_duration, interval_from_env, parse_duration
+from sched_loop import run_loop, stop_on_signals
+
+log = logging.getLogger("jobrunner")
+
+DEFAULT_INTERVAL = timedelta(hours=6)
+JITTER = 0.10
+
+
+# --- logging: the app's job, never the library's ---------------------------
+
+
+class KeyValueFormatter(logging.Formatter):
+    """The default text format, followed by the record's structured fields.
+
+    The sched packages put the key facts in the message and the same facts,
+    typed, in ``extra`` fields prefixed ``sched_`` (``app_`` is ours). A JSON
+    formatter would emit them as keys; this one appends ``key=value`` pairs.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Format the record, then append its ``sched_``/``app_`` fields."""
+        line = super().format(record)
+        fields = {
+            key: value
+            for key, value in vars(record).items()
+            if key.startswith(("sched_", "app_"))
+        }
+        if fields:
+            line += " " + " ".join(f"{key}={value}" for key, value in sorted(fields.items()))
+        return line
+
+
+def configure_logging() -> None:
+    """Send every record, ours and the libraries', to stderr, one line each."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        KeyValueFormatter(f"jobrunner[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+# --- configuration ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the runner reads from its environment, read once at startup."""
+
+    schedule: Schedule
+    command: list[str]
+    grace: timedelta
+    state_dir: Path
+    socket: Path
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Config:
+        """Read the configuration; warnings about ``JOB_INTERVAL`` are logged."""
+        env = dict(os.environ if env is None else env)
+        default_command = [sys.executable, str(Path(__file__).with_name("work.py"))]
+        state_dir = Path(env.get("JOB_STATE_DIR", "/tmp/jobrunner"))
+        grace_ns = parse_duration(env.get("JOB_GRACE", "5s"))
+        return cls(
+            # zero_as_once: this job supports a run-once mode ("0"), as a batch
+            # job would; "off"/"disabled" still select external mode.
+            schedule=interval_from_env("JOB_INTERVAL", DEFAULT_INTERVAL, zero_as_once=True),
+            command=shlex.split(env["JOB_COMMAND"]) if "JOB_COMMAND" in env else default_command,
+            grace=timedelta(microseconds=grace_ns // 1000) or sched_cmd.DEFAULT_GRACE,
+            state_dir=state_dir,
+            socket=Path(env.get("JOB_SOCKET", str(state_dir / "trigger.sock"))),
+        )
+
+
+class CycleFailed(Exception):
+    """The cycle's command exited non-zero."""
+
+
+_cycle_numbers = itertools.count(1)
+
+
+def run_cycle(config: Config, stop: threading.Event, why: str) -> None:
+    """Run one cycle: the real command, stopped gracefully if *stop* is set.
+
+    Raises:
+        CycleFailed: the command exited non-zero (SIGTERM included).
+    """
+    number = next(_cycle_numbers)
+    log.info("cycle %d starting (%s)", number, why, extra={"app_cycle": number})
+    result = sched_cmd.run(
+        config.command,
+        stop=stop,
+        grace=config.grace,
+        env={**os.environ, "JOB_CYCLE": str(number)},
+    )
+    log.info(
+        "cycle %d command exited with status %d",
+        number,
+        result.returncode,
+        extra={"app_cycle": number, "app_returncode": result.returncode},
+    )
+    if result.returncode != 0:
+        raise CycleFailed(f"cycle {number}: {shlex.join(config.command)} exited {result.returncode}")
+
+
+def cycle_job(config: Config, stop: threading.Event, why: str) -> Callable[[], None]:
+    """The argument-less job ``Exclusive`` runs: the first call, then each queued rerun."""
+    calls = itertools.count()
+
+    def job() -> None:
+        run_cycle(config, stop, why if next(calls) == 0 else "queued rerun")
+
+    return job
+
+
+def exclusive(config: Config, stop: threading.Event) -> Exclusive:
+    """The cross-process guard: one cycle at a time, no fresh run after a stop."""
+    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Exclusive(config.state_dir, gate=lambda: not stop.is_set())
+
+
+def guarded(call: Callable[[], Outcome]) -> Outcome | None:
+    """Run an ``Exclusive`` call; log (and keep) its outcome, log a failure and carry on."""
+    try:
+        outcome = call()
+    except Exception as exc:  # the job failed, or the lock directory is unusable
+        outcome = getattr(exc, "outcome", None)
+        log.error("cycle failed: %s (outcome %s)", exc, outcome, extra={"app_outcome": outcome})
+        return None
+    log.info("cycle outcome: %s", outcome, extra={"app_outcome": outcome})
+    return outcome
+
+
+# --- the entry points ---------------------------------------------------------
+
+
+def main_run(config: Config) -> int:
+    """The container's main process: the mode comes from ``JOB_INTERVAL``."""
+    schedule = config.schedule
+    with stop_on_signals() as stop:
+        ex = exclusive(config, stop)
+        if schedule.mode is Mode.BUILTIN:
+            log.info(
+                "built-in mode: a cycle now, then every %s (+-%d%% jitter)",
+                format_duration(schedule.interval),
+                round(JITTER * 100),
+            )
+            fires = itertools.count()
+
+            def tick(stop: threading.Event) -> None:
+                why = "startup run" if next(fires) == 0 else "tick"
+                # Skip mode: a busy lock means a cycle is already running; the
+                # next tick brings freshness. Never queue a tick.
+                guarded(lambda: ex.run_or_skip(cycle_job(config, stop, why)))
+
+            run_loop(tick, schedule.interval, jitter=JITTER, fire_on_start=True, stop=stop)
+        elif schedule.mode is Mode.EXTERNAL:
+            log.info("external mode: idle; cycles come from `jobrunner.py poll`")
+            stop.wait()
+        else:
+            log.info("once mode: one cycle, then exit")
+            outcome = guarded(lambda: ex.run_or_skip(cycle_job(config, stop, "once")))
+            return 0 if outcome is not None else 1
+    log.info("stopped: no cycle in flight, exiting")
+    return 0
+
+
+def main_poll(config: Config) -> int:
+    """One cycle on demand, satisfied by a run that starts after the request arrived.
+
+    Queue mode: if a cycle is running (in the resident process or another
+    poll), the request is recorded and this process exits at once; the
+    running holder executes it when its cycle ends.
+    """
+    with stop_on_signals() as stop:
+        ex = exclusive(config, stop)
+        outcome = guarded(lambda: ex.run(cycle_job(config, stop, "poll")))
+    if outcome is None:
+        return 1
+    print(f"poll: {outcome}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the subcommand, configure logging, and run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["run", "poll", "daemon"])
+    args = parser.parse_args(argv)
+    configure_logging()
+    config = Config.from_env()
+    if args.command == "poll":
+        return main_poll(config)
+    if args.command == "daemon":
+        from jobrunner_daemon import main_daemon
+
+        return main_daemon(config)
+    return main_run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
