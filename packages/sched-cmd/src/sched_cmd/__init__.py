@@ -1,0 +1,35 @@
+"""sched-cmd: run a subprocess that stops gracefully (SIGTERM, a grace, SIGKILL).
+
+The Python port of the Go scheduling library's ``CommandRunner``,
+``NewCommandRunner`` and ``DefaultGrace``: `run` is ``subprocess.run`` plus a
+stop event, a grace period and process-group sweeping; `arun` is its asyncio
+twin; `command_runner` returns the production `CommandRunner` for injection.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if sys.platform == "win32":  # pragma: no cover - the package refuses to import there
+    raise ImportError(
+        "sched-cmd needs POSIX signals and process groups (SIGTERM, killpg); "
+        "it supports Linux and macOS, not Windows"
+    )
+
+from typing import Any
+
+from ._core import DEFAULT_GRACE as DEFAULT_GRACE
+from ._run import CommandRunner as CommandRunner
+from ._run import arun as arun
+from ._run import command_runner as command_runner
+from ._run import run as run
+
+__all__ = ["DEFAULT_GRACE", "CommandRunner", "arun", "command_runner", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("sched-cmd")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,519 @@
+"""The one waiting loop behind `run` and `arun`.
+
+Everything the run waits for is a descriptor in one selector: the output
+pipes, the input pipe, the child's exit (a pidfd, or a waiter thread's pipe)
+and the `Wakeup` self-pipe that stop and cancellation requests write to. The
+only timers are deadlines (the timeout, the end of the grace), passed to
+``select`` as its timeout; nothing is polled, except while sweeping a
+``kill_group`` child's leftover group members, which no descriptor reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
+
+from ._child import Child
+from ._durations import Duration, to_timedelta
+from ._wakeup import Wakeup
+
+if TYPE_CHECKING:
+    import logging
+
+__all__ = ["DEFAULT_GRACE", "Command", "Input", "Options", "execute"]
+
+#: The grace period of the Go library's ``DefaultGrace``: after SIGTERM, the
+#: child has this long to exit before SIGKILL.
+DEFAULT_GRACE: Final = timedelta(seconds=5)
+
+_PathLike: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes]"
+#: What ``args`` accepts: what ``subprocess.run`` accepts.
+Command: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes] | Sequence[_PathLike]"
+#: What ``input`` accepts: bytes-like, or ``str`` in text mode.
+Input: TypeAlias = "bytes | bytearray | memoryview | str"
+
+_CHUNK = 1 << 16
+_SWEEP_FIRST_CHECK = 0.001
+_SWEEP_MAX_CHECK = 0.05
+_TEXT_KEYS = ("text", "universal_newlines", "encoding", "errors")
+
+
+def _logger(logger: logging.Logger | None) -> logging.Logger:
+    if logger is not None:
+        return logger
+    import logging
+
+    return logging.getLogger("sched_cmd")
+
+
+def go_duration(value: timedelta) -> str:
+    """Format *value* the way Go's ``Duration.String`` does (``5s``, ``1m30s``, ``250ms``)."""
+    micros = value // timedelta(microseconds=1)
+    sign, micros = ("-", -micros) if micros < 0 else ("", micros)
+    if micros == 0:
+        return "0s"
+    if micros < 1_000:
+        return f"{sign}{micros}µs"
+    if micros < 1_000_000:
+        return f"{sign}{_decimal(micros, 3)}ms"
+    seconds, fraction = divmod(micros, 1_000_000)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    text = _decimal(seconds * 1_000_000 + fraction, 6) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
+
+
+def _decimal(value: int, digits: int) -> str:
+    whole, rest = divmod(value, 10**digits)
+    return f"{whole}.{rest:0{digits}d}".rstrip("0").rstrip(".")
+
+
+@final
+class Options:
+    """The validated arguments of one run, shared by `run`, `arun` and the runner."""
+
+    __slots__ = (
+        "args",
+        "capture_output",
+        "check",
+        "grace",
+        "input",
+        "kill_group",
+        "logger",
+        "popen_kwargs",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        args: Command,
+        *,
+        grace: Duration,
+        timeout: Duration | None,
+        kill_group: bool,
+        check: bool,
+        input: Input | None,
+        capture_output: bool,
+        logger: logging.Logger | None,
+        popen_kwargs: Mapping[str, Any],
+    ) -> None:
+        grace_td = to_timedelta(grace, name="grace")
+        self.grace = grace_td if grace_td > timedelta(0) else DEFAULT_GRACE
+        self.timeout = None if timeout is None else to_timedelta(timeout, name="timeout")
+        self.args = args
+        self.kill_group = kill_group
+        self.check = check
+        self.input = input
+        self.capture_output = capture_output
+        self.logger = logger
+        kwargs = dict(popen_kwargs)
+        if input is not None:
+            if kwargs.get("stdin") is not None:
+                raise ValueError("stdin and input arguments may not both be used.")
+            kwargs["stdin"] = subprocess.PIPE
+        if capture_output:
+            if kwargs.get("stdout") is not None or kwargs.get("stderr") is not None:
+                raise ValueError("stdout and stderr arguments may not be used with capture_output.")
+            kwargs["stdout"] = subprocess.PIPE
+            kwargs["stderr"] = subprocess.PIPE
+        if kill_group and not kwargs.get("start_new_session"):
+            group = kwargs.get("process_group")
+            if group not in (None, 0):
+                raise ValueError(
+                    "kill_group=True makes the child lead its own process group: "
+                    f"process_group must be 0 or unset, not {group!r}"
+                )
+            kwargs["process_group"] = 0
+        self.popen_kwargs = kwargs
+
+    def not_started(self) -> Outcome:
+        """The outcome of a run whose stop was requested before the child started."""
+        text = any(self.popen_kwargs.get(key) for key in _TEXT_KEYS)
+        empty: str | bytes = "" if text else b""
+        piped = subprocess.PIPE
+        return Outcome(
+            self.args,
+            -signal.SIGTERM,
+            empty if self.popen_kwargs.get("stdout") == piped else None,
+            empty if self.popen_kwargs.get("stderr") == piped else None,
+            timed_out=False,
+        )
+
+    def finish(self, outcome: Outcome) -> subprocess.CompletedProcess[Any]:
+        """Turn *outcome* into ``run``'s result, raising as ``subprocess.run`` does.
+
+        Raises:
+            subprocess.TimeoutExpired: the timeout passed (the child was stopped).
+            subprocess.CalledProcessError: ``check`` and a non-zero returncode.
+        """
+        if outcome.timed_out:
+            assert self.timeout is not None
+            raise subprocess.TimeoutExpired(
+                outcome.args, self.timeout.total_seconds(), outcome.stdout, outcome.stderr
+            )
+        if self.check and outcome.returncode:
+            raise subprocess.CalledProcessError(
+                outcome.returncode, outcome.args, outcome.stdout, outcome.stderr
+            )
+        return subprocess.CompletedProcess(
+            outcome.args, outcome.returncode, outcome.stdout, outcome.stderr
+        )
+
+
+@final
+class Outcome:
+    """What a finished run produced, before ``check`` and the timeout are applied."""
+
+    __slots__ = ("args", "returncode", "stderr", "stdout", "timed_out")
+
+    def __init__(
+        self,
+        args: Any,
+        returncode: int,
+        stdout: str | bytes | None,
+        stderr: str | bytes | None,
+        *,
+        timed_out: bool,
+    ) -> None:
+        self.args = args
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.timed_out = timed_out
+
+
+def execute(options: Options, wakeup: Wakeup) -> Outcome:
+    """Start the child, feed and drain its pipes, stop it on request, reap it.
+
+    Args:
+        options: the validated arguments.
+        wakeup: carries stop and kill requests from other threads; a stop
+            requested before the start means no child is started.
+
+    Returns:
+        The outcome; the child is always reaped.
+
+    Raises:
+        OSError: the child could not be started (``subprocess.Popen``'s errors).
+    """
+    if wakeup.stop_requested or wakeup.kill_requested:
+        return options.not_started()
+    proc = subprocess.Popen(options.args, **options.popen_kwargs)
+    try:
+        child = Child(proc, kill_group=options.kill_group)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        _close_pipes(proc)
+        raise
+    try:
+        with selectors.DefaultSelector() as selector:
+            session = _Session(options, proc, child, selector, wakeup)
+            try:
+                session.wait()
+            except BaseException:
+                session.abort()
+                raise
+            return session.outcome()
+    finally:
+        child.close()
+        _close_pipes(proc)
+
+
+def _close_pipes(proc: subprocess.Popen[Any]) -> None:
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            # A broken stdin pipe: nothing was buffered, nothing is lost.
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+@final
+class _Session:
+    """The state of one waiting loop (see the module docstring)."""
+
+    def __init__(
+        self,
+        options: Options,
+        proc: subprocess.Popen[Any],
+        child: Child,
+        selector: selectors.BaseSelector,
+        wakeup: Wakeup,
+    ) -> None:
+        self.options = options
+        self.proc = proc
+        self.child = child
+        self.selector = selector
+        self.wakeup = wakeup
+        self.grace = options.grace.total_seconds()
+        now = time.monotonic()
+        self.timeout_at = None if options.timeout is None else now + options.timeout.total_seconds()
+        self.deadline: float | None = None  # end of the grace: SIGKILL, pipes cut
+        self.deadline_passed = False
+        self.terminating = False
+        self.timed_out = False
+        self.returncode: int | None = None
+        self.group_done = not options.kill_group
+        self.sweep_at: float | None = None
+        self.sweep_delay = _SWEEP_FIRST_CHECK
+        self.chunks: dict[int, list[bytes]] = {}
+        self.input_view: memoryview | None = None
+        self.input_pos = 0
+
+        selector.register(wakeup.fileno(), selectors.EVENT_READ, "wakeup")
+        selector.register(child.exit_fd(), selectors.EVENT_READ, "exit")
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                self.chunks[stream.fileno()] = []
+                selector.register(stream.fileno(), selectors.EVENT_READ, "output")
+        if proc.stdin is not None:
+            self._setup_input(proc.stdin)
+
+    def _setup_input(self, stdin: Any) -> None:
+        data = self.options.input
+        if data is None:
+            self._close_stdin()
+            return
+        if isinstance(data, str):
+            encoding = getattr(stdin, "encoding", None)
+            if encoding is None:
+                raise TypeError("input must be bytes-like unless the run is in text mode, not str")
+            data = data.encode(encoding, stdin.errors)
+        view = memoryview(data).cast("B")
+        if not view:
+            self._close_stdin()
+            return
+        self.input_view = view
+        os.set_blocking(stdin.fileno(), False)
+        self.selector.register(stdin.fileno(), selectors.EVENT_WRITE, "input")
+
+    # -- the loop ---------------------------------------------------------
+
+    def wait(self) -> None:
+        """Run until the child is reaped, its pipes closed or cut, its group swept."""
+        while not self._finished():
+            events = self.selector.select(self._select_timeout())
+            for key, _mask in events:
+                if key.data == "output":
+                    self._read(key.fd)
+                elif key.data == "input":
+                    self._write()
+                elif key.data == "wakeup":
+                    self._on_wakeup()
+                else:
+                    self._on_exit()
+            self._on_time(time.monotonic())
+
+    def _finished(self) -> bool:
+        return self.returncode is not None and not self._open_outputs() and self.group_done
+
+    def _open_outputs(self) -> bool:
+        return any(key.data == "output" for key in self.selector.get_map().values())
+
+    def _select_timeout(self) -> float | None:
+        candidates = [self.deadline, self.sweep_at]
+        if not self.terminating:
+            candidates.append(self.timeout_at)
+        due = [when for when in candidates if when is not None]
+        if not due:
+            return None
+        return max(0.0, min(due) - time.monotonic())
+
+    def _on_time(self, now: float) -> None:
+        if not self.terminating and self.timeout_at is not None and now >= self.timeout_at:
+            self.timed_out = True
+            self._terminate(now, "timeout")
+        if self.deadline is not None and not self.deadline_passed and now >= self.deadline:
+            self._grace_over("still running at the end of the grace")
+        if self.sweep_at is not None and now >= self.sweep_at:
+            self._check_group(now)
+
+    def _on_wakeup(self) -> None:
+        self.wakeup.clear()
+        now = time.monotonic()
+        if self.wakeup.kill_requested and not self.deadline_passed:
+            self.terminating = True
+            self.deadline = now
+            self._grace_over("kill requested")
+        elif self.wakeup.stop_requested and self.returncode is None:
+            self._terminate(now, "stop requested")
+
+    def _terminate(self, now: float, reason: str) -> None:
+        """Send SIGTERM and start the grace (if it has not started)."""
+        if self.terminating:
+            return
+        self.terminating = True
+        if self.deadline is None:
+            self.deadline = now + self.grace
+        self._signal(signal.SIGTERM)
+        log = _logger(self.options.logger)
+        log.info(
+            "sched_cmd: %s: sent SIGTERM to %s %d; SIGKILL in %s if it has not exited",
+            reason,
+            "process group" if self.child.pgid is not None else "pid",
+            self.proc.pid,
+            go_duration(self.options.grace),
+            extra=self._extra(signal.SIGTERM, reason),
+        )
+
+    def _grace_over(self, why: str) -> None:
+        """The grace is over: SIGKILL what is left; cut the pipes once the child is reaped."""
+        self.deadline_passed = True
+        if self.returncode is None:
+            self._kill(why)
+            return  # the exit event will finish the job
+        self._cut_outputs()
+        if not self.group_done and self.child.group_alive():
+            self._kill("group members still running at the end of the grace")
+        self.group_done = True
+        self.sweep_at = None
+
+    def _kill(self, why: str) -> None:
+        self._signal(signal.SIGKILL)
+        _logger(self.options.logger).warning(
+            "sched_cmd: %s %d: %s (grace %s); sent SIGKILL",
+            "process group" if self.child.pgid is not None else "pid",
+            self.proc.pid,
+            why,
+            go_duration(self.options.grace),
+            extra=self._extra(signal.SIGKILL, why),
+        )
+
+    def _signal(self, sig: signal.Signals) -> None:
+        self.child.send(sig)
+
+    def _extra(self, sig: signal.Signals, reason: str) -> dict[str, Any]:
+        return {
+            "sched_pid": self.proc.pid,
+            "sched_pgid": self.child.pgid,
+            "sched_signal": sig.name,
+            "sched_reason": reason,
+            "sched_grace": go_duration(self.options.grace),
+        }
+
+    def _on_exit(self) -> None:
+        self.selector.unregister(self.child.exit_fd())
+        self.returncode = self.child.reap()
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + self.grace
+        if self.proc.stdin is not None:
+            self._close_stdin()  # nobody is left to read it
+        if self.deadline_passed:
+            self._grace_over("killed")  # SIGKILLed: do not wait for the pipes any more
+        elif not self.group_done:
+            self._check_group(now)
+
+    def _check_group(self, now: float) -> None:
+        """After the child exited under ``kill_group``: sweep the members left behind."""
+        if not self.child.group_alive():
+            self.group_done = True
+            self.sweep_at = None
+            return
+        if not self.terminating:
+            self.terminating = True
+            self.child.send(signal.SIGTERM)
+            _logger(self.options.logger).warning(
+                "sched_cmd: pid %d exited but members of its process group are still "
+                "running; sent them SIGTERM, SIGKILL in %s",
+                self.proc.pid,
+                go_duration(self.options.grace),
+                extra=self._extra(signal.SIGTERM, "group members left behind"),
+            )
+        # No descriptor reports an empty group: check again soon, backing off.
+        self.sweep_at = now + self.sweep_delay
+        self.sweep_delay = min(self.sweep_delay * 2, _SWEEP_MAX_CHECK)
+
+    # -- pipes ------------------------------------------------------------
+
+    def _read(self, fd: int) -> None:
+        data = os.read(fd, _CHUNK)
+        if data:
+            self.chunks[fd].append(data)
+        else:
+            self.selector.unregister(fd)
+
+    def _cut_outputs(self) -> None:
+        """Take what the pipes hold now and stop waiting for their end."""
+        for key in list(self.selector.get_map().values()):
+            if key.data != "output":
+                continue
+            os.set_blocking(key.fd, False)
+            try:
+                while data := os.read(key.fd, _CHUNK):
+                    self.chunks[key.fd].append(data)
+            except BlockingIOError:
+                _logger(self.options.logger).warning(
+                    "sched_cmd: an output pipe of pid %d was still open %s after it "
+                    "exited or was stopped (another process holds it); stopped reading",
+                    self.proc.pid,
+                    go_duration(self.options.grace),
+                    extra={"sched_pid": self.proc.pid, "sched_fd": key.fd},
+                )
+            self.selector.unregister(key.fd)
+
+    def _write(self) -> None:
+        assert self.proc.stdin is not None
+        assert self.input_view is not None
+        fd, start = self.proc.stdin.fileno(), self.input_pos
+        try:
+            self.input_pos += os.write(fd, self.input_view[start : start + _CHUNK])
+        except BlockingIOError:
+            return
+        except BrokenPipeError:
+            self.input_pos = len(self.input_view)  # the child stopped reading, as in subprocess
+        if self.input_pos >= len(self.input_view):
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        if self.input_view is not None:
+            self.input_view.release()
+            self.input_view = None
+            self.selector.unregister(stdin.fileno())
+        with contextlib.suppress(OSError):  # EPIPE on the flush of an empty buffer
+            stdin.close()
+
+    # -- endings ----------------------------------------------------------
+
+    def abort(self) -> None:
+        """On an unexpected exception: SIGKILL the child (or group) and reap it."""
+        self.child.send(signal.SIGKILL)
+        if self.returncode is None:
+            self.returncode = self.proc.wait()
+        if self.options.kill_group and self.child.group_alive():
+            self.child.send(signal.SIGKILL)
+
+    def outcome(self) -> Outcome:
+        """Decode the captured output the way ``subprocess.run`` does."""
+        assert self.returncode is not None
+        return Outcome(
+            self.proc.args,
+            self.returncode,
+            self._output(self.proc.stdout),
+            self._output(self.proc.stderr),
+            timed_out=self.timed_out,
+        )
+
+    def _output(self, stream: Any) -> str | bytes | None:
+        if stream is None:
+            return None
+        data = b"".join(self.chunks[stream.fileno()])
+        encoding = getattr(stream, "encoding", None)
+        if encoding is None:
+            return data
+        text: str = data.decode(encoding, stream.errors)
+        return text.replace("\r\n", "\n").replace("\r", "\n")

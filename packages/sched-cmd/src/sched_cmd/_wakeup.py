@@ -1,0 +1,136 @@
+"""Waking a waiting run from other threads, without polling.
+
+A run waits in one ``select`` over the child's pipes, its exit descriptor and
+the read end of a `Wakeup` self-pipe. Another thread asks it to stop
+gracefully or to kill at once by setting a flag and writing one byte.
+
+A ``threading.Event`` has no descriptor to select on, so one helper thread per
+distinct stop event waits on it and wakes every run subscribed to it when it is
+set (`subscribe`). The helper ends once the event is set; an event that is
+never set keeps its one helper (a daemon thread) for the life of the process,
+which is why runs share the helper rather than starting one each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from typing import final
+
+__all__ = ["Wakeup", "subscribe"]
+
+
+@final
+class Wakeup:
+    """A self-pipe carrying two requests: stop gracefully, or kill at once."""
+
+    __slots__ = ("_closed", "_lock", "_read_fd", "_write_fd", "kill_requested", "stop_requested")
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.stop_requested = False
+        self.kill_requested = False
+
+    def fileno(self) -> int:
+        """Return the descriptor that becomes readable when a request arrives."""
+        return self._read_fd
+
+    def request_stop(self) -> None:
+        """Ask the run to stop the child gracefully (SIGTERM, grace, SIGKILL)."""
+        self._request(kill=False)
+
+    def request_kill(self) -> None:
+        """Ask the run to kill the child at once (SIGKILL), still reaping it."""
+        self._request(kill=True)
+
+    def _request(self, *, kill: bool) -> None:
+        with self._lock:
+            if kill:
+                self.kill_requested = True
+            else:
+                self.stop_requested = True
+            if self._closed:
+                return
+            # A full pipe holds earlier wake-ups: the reader wakes anyway.
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._write_fd, b"!")
+
+    def clear(self) -> None:
+        """Consume pending wake-up bytes (the flags keep the requests)."""
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        """Close both ends; later requests only set the flags."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            os.close(self._read_fd)
+            os.close(self._write_fd)
+
+
+_watchers_lock = threading.Lock()
+# Keyed by id(event): the watcher holds the event, so the id cannot be reused
+# while its entry exists.
+_watchers: dict[int, _EventWatcher] = {}
+
+
+@final
+class _EventWatcher:
+    """One helper thread per stop event, waking every subscribed run when it is set."""
+
+    __slots__ = ("event", "subscribers", "thread")
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self.subscribers: set[Wakeup] = set()
+        self.thread = threading.Thread(
+            target=self._watch, name="sched_cmd stop watcher", daemon=True
+        )
+
+    def _watch(self) -> None:
+        self.event.wait()
+        with _watchers_lock:
+            if _watchers.get(id(self.event)) is self:
+                del _watchers[id(self.event)]
+            # Under the lock: a run unsubscribes (under the same lock) before it
+            # closes its Wakeup, so no request reaches a closed descriptor.
+            for wakeup in self.subscribers:
+                wakeup.request_stop()
+            self.subscribers.clear()
+
+
+def subscribe(event: threading.Event, wakeup: Wakeup) -> Callable[[], None]:
+    """Have *wakeup* receive a stop request when *event* is set.
+
+    Returns:
+        A function that cancels the subscription; call it before closing *wakeup*.
+    """
+    with _watchers_lock:
+        watcher = _watchers.get(id(event))
+        start = watcher is None
+        if watcher is None:
+            watcher = _watchers[id(event)] = _EventWatcher(event)
+        watcher.subscribers.add(wakeup)
+    if start:
+        watcher.thread.start()
+    # The watcher of an event that was set, cleared and set again may have gone
+    # between our check and the subscription; this covers the race.
+    if event.is_set():
+        wakeup.request_stop()
+
+    def unsubscribe() -> None:
+        with _watchers_lock:
+            watcher.subscribers.discard(wakeup)
+
+    return unsubscribe
