@@ -1,0 +1,40 @@
+"""Cross-process run coalescing for containerized job runners.
+
+At most one cycle runs at a time across every entry point (a daemon's tick,
+a ``docker exec``'d poll subcommand); a request that finds a run in flight
+queues a rerun without waiting, and a crash never wedges the job. A Python
+port of the Go library's ``Exclusive``, sharing its files and formats.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if sys.platform == "win32":  # pragma: no cover - POSIX only
+    raise ImportError("sched-exclusive needs POSIX flock(2); Windows is not supported")
+
+from ._errors import CoordinationError as CoordinationError
+from ._errors import ExclusiveError as ExclusiveError
+from ._errors import RunError as RunError
+from ._exclusive import Exclusive as Exclusive
+from ._outcome import LOCK_NAME as LOCK_NAME
+from ._outcome import QUEUE_NAME as QUEUE_NAME
+from ._outcome import Outcome as Outcome
+
+__all__ = [
+    "LOCK_NAME",
+    "QUEUE_NAME",
+    "CoordinationError",
+    "Exclusive",
+    "ExclusiveError",
+    "Outcome",
+    "RunError",
+]
+
+
+def __getattr__(name: str) -> str:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("sched-exclusive")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,256 @@
+"""The coalescing rules, written once over :class:`._backend.Backend`.
+
+:func:`coalesce` is a generator that owns every decision: it yields each
+time a run of the job must start, receives the job's exception (or ``None``)
+back, and returns the :class:`Outcome`. The sync and asyncio drivers in
+:mod:`._exclusive` only call or await the job, so both share these rules
+byte for byte, and any backend that implements the seam inherits them.
+
+The rules, in the order a call meets them:
+
+1. Probe the lock without waiting.
+2. Busy, skip mode: log a warning, ``skipped``.
+3. Busy, queue mode: increment the counter if it is below capacity
+   (``queued``), else leave it (``discarded``). A queued requester then
+   re-probes once: if the runner released in between, nobody might be left
+   to serve the entry just recorded, so the requester becomes the runner.
+4. Holding the lock, consult the gate: closed means ``gated``, nothing run,
+   the counter untouched (a re-probing requester's own entry stays queued).
+5. Settle the counter before the first run. After a fresh acquisition (the
+   first probe succeeded) any count is orphaned — left by a crashed holder,
+   deferred by a holder that retired at its cap or gate, or recorded by a
+   requester whose re-probe will find this call holding the lock — and the
+   run about to start, which starts after every one of those requests was
+   recorded, satisfies all of it: clear it, with a warning. After a re-probe
+   the count holds this call's own entry, which this run satisfies: take
+   exactly that one entry, silently; the rest are other requests and are
+   served as reruns.
+6. Run the job. Then, while requests are queued, take one and rerun (each
+   request is owed a run, whether the previous one failed or not), checking
+   the rerun cap and the gate before each.
+7. When the counter reads zero, release, then read it once more: a request
+   that found the lock busy just before the release and whose re-probe came
+   too early is served by taking the lock back (a handoff), under the same
+   cap and gate. If the lock is taken meanwhile, that holder serves it.
+
+Deferral (cap or gate) always leaves the demand in the counter; the next
+acquisition's run satisfies it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from typing import Any
+
+from ._backend import Backend, Lease
+from ._errors import CoordinationError, RunError
+from ._outcome import Outcome
+
+__all__ = ["MAX_RERUNS", "Step", "coalesce"]
+
+#: The most queued reruns one call executes, across consume loops and
+#: handoffs, before it retires and leaves the rest for the next acquisition.
+MAX_RERUNS = 8
+
+#: What :func:`coalesce` yields for (nothing: "run the job now"), receives
+#: (the job's exception or ``None``) and returns.
+Step = Generator[None, Exception | None, Outcome]
+
+
+def _take_one(count: int) -> int:
+    return count - 1 if count > 0 else count
+
+
+def _clear(_count: int) -> int:
+    return 0
+
+
+def coalesce(
+    backend: Backend,
+    *,
+    queue: bool,
+    capacity: int,
+    gate: Callable[[], bool] | None,
+    logger: logging.Logger,
+    fields: dict[str, Any],
+) -> Step:
+    """Apply the coalescing rules for one request (see the module docstring).
+
+    Args:
+        backend: the lock and counter.
+        queue: queue mode (``run``) when true, skip mode (``run_or_skip``)
+            when false.
+        capacity: the queue capacity, at least 1.
+        gate: ``None`` or a callable returning true when a run may start.
+        logger: where the coalescing lines go.
+        fields: structured ``extra`` fields added to every log record.
+
+    Yields:
+        Once per run to start; the driver sends back the job's exception or
+        ``None``. A ``BaseException`` that is not an ``Exception`` is thrown
+        in instead, and propagates at once after the lock is released.
+
+    Returns:
+        The outcome, when nothing failed.
+
+    Raises:
+        CoordinationError: the lock or counter failed before a run.
+        RunError: a job, the gate, or the holder-side lock or counter failed.
+    """
+    try:
+        lease = backend.try_acquire()
+    except OSError as exc:
+        raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
+    if lease is not None:
+        return (
+            yield from _hold(
+                backend, lease, own_entry=False, gate=gate, logger=logger, fields=fields
+            )
+        )
+    if not queue:
+        logger.warning(
+            "cycle still running; skipping tick",
+            extra={**fields, "sched_outcome": Outcome.SKIPPED.value},
+        )
+        return Outcome.SKIPPED
+    try:
+        before = backend.update_counter(lambda count: count + 1 if count < capacity else count)
+    except OSError as exc:
+        raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
+    if before >= capacity:
+        logger.info(
+            "cycle still running and %d rerun request(s) already queued; discarding request",
+            before,
+            extra={**fields, "sched_outcome": Outcome.DISCARDED.value, "sched_pending": before},
+        )
+        return Outcome.DISCARDED
+    logger.info(
+        "cycle still running; queued rerun request (%d of %d)",
+        before + 1,
+        capacity,
+        extra={**fields, "sched_outcome": Outcome.QUEUED.value, "sched_pending": before + 1},
+    )
+    # Re-probe once: the runner may have released between our probe and our
+    # increment, after its last look at the counter. Then nobody might serve
+    # the entry we just recorded, so we serve it ourselves.
+    try:
+        lease = backend.try_acquire()
+    except OSError as exc:
+        raise CoordinationError.from_os_error(exc, Outcome.QUEUED) from exc
+    if lease is None:
+        return Outcome.QUEUED
+    return (
+        yield from _hold(backend, lease, own_entry=True, gate=gate, logger=logger, fields=fields)
+    )
+
+
+def _hold(
+    backend: Backend,
+    lease: Lease,
+    *,
+    own_entry: bool,
+    gate: Callable[[], bool] | None,
+    logger: logging.Logger,
+    fields: dict[str, Any],
+) -> Step:
+    """Run as the holder of ``lease``: first run, reruns, handoffs; always release."""
+    errors: list[Exception] = []
+    held: Lease | None = lease
+    try:
+        if not _gate_open(gate, errors):
+            logger.info(
+                "cycle gate closed; skipping run",
+                extra={**fields, "sched_outcome": Outcome.GATED.value},
+            )
+            if errors:
+                raise RunError("cycle gate failed (outcome gated)", errors, Outcome.GATED)
+            return Outcome.GATED
+        try:
+            if own_entry:
+                # Our own entry, which the run below satisfies: take it silently.
+                backend.update_counter(_take_one)
+            else:
+                stale = backend.update_counter(_clear)
+                if stale:
+                    logger.warning(
+                        "stale queued-run marker cleared at startup (%d pending)",
+                        stale,
+                        extra={**fields, "sched_pending": stale},
+                    )
+        except OSError as exc:
+            # Nothing ran. After a re-probe our entry may still stand: queued.
+            outcome = Outcome.QUEUED if own_entry else Outcome.NONE
+            raise CoordinationError.from_os_error(exc, outcome) from exc
+
+        failure = yield
+        if failure is not None:
+            errors.append(failure)
+        reruns = 0
+        try:
+            while True:
+                pending = backend.read_counter()
+                if pending == 0:
+                    if held is None:
+                        break
+                    # Release, then look once more: a request recorded after
+                    # the read above whose re-probe found us still holding
+                    # has nobody else to serve it.
+                    releasing, held = held, None
+                    releasing.unlock()
+                    continue
+                if reruns >= MAX_RERUNS:
+                    logger.warning(
+                        "rerun cap reached; deferring queued demand (%d reruns, %d pending)",
+                        reruns,
+                        pending,
+                        extra={**fields, "sched_reruns": reruns, "sched_pending": pending},
+                    )
+                    break
+                if not _gate_open(gate, errors):
+                    logger.info(
+                        "cycle gate closed; deferring queued demand (%d pending)",
+                        pending,
+                        extra={**fields, "sched_pending": pending},
+                    )
+                    break
+                if held is None:
+                    taken = backend.try_acquire()
+                    if taken is None:
+                        break  # another holder took the lock: it serves the demand
+                    held = taken
+                    logger.debug(
+                        "queued demand arrived after release; took the cycle lock back",
+                        extra={**fields, "sched_pending": pending},
+                    )
+                if backend.update_counter(_take_one) == 0:
+                    continue  # served by a holder that came and went meanwhile
+                reruns += 1
+                logger.info(
+                    "running queued cycle request (attempt %d)",
+                    reruns,
+                    extra={**fields, "sched_attempt": reruns},
+                )
+                failure = yield
+                if failure is not None:
+                    errors.append(failure)
+        except OSError as exc:
+            errors.append(exc)  # a holder-side failure: the runs so far stand
+        outcome = Outcome.RAN_QUEUED if reruns else Outcome.RAN
+    finally:
+        if held is not None:
+            held.unlock()
+    if errors:
+        raise RunError(f"cycle run failed (outcome {outcome})", errors, outcome)
+    return outcome
+
+
+def _gate_open(gate: Callable[[], bool] | None, errors: list[Exception]) -> bool:
+    """Consult the gate; one that raises counts as closed and its error is kept."""
+    if gate is None:
+        return True
+    try:
+        return bool(gate())
+    except Exception as exc:
+        errors.append(exc)
+        return False

@@ -1,0 +1,191 @@
+"""What ``python -m sched_exclusive status DIR`` reports, computed without the lock.
+
+Probing the cycle lock, even for an instant, would make a concurrent request
+find it busy and queue behind a phantom holder (or skip its tick). So the
+running state comes from the kernel's lock table, ``/proc/locks`` (Linux),
+matched against the lock file's device and inode; the start time from the
+holder line; the pending count from a read of the counter file under a
+shared flock of its own (never created, never written).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+import typing
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sched_lock import read_holder
+
+from ._files import join, parse_count
+from ._outcome import LOCK_NAME, QUEUE_NAME
+
+__all__ = ["Status", "format_seconds", "lock_holders", "read_pending", "status"]
+
+_PROC_LOCKS = "/proc/locks"
+_READ_LIMIT = 64 * 1024
+
+
+@typing.final
+class Status(typing.NamedTuple):
+    """A snapshot of one Exclusive directory."""
+
+    dir: str
+    #: ``"running"``, ``"idle"``, or ``"unknown"`` where ``/proc/locks`` is missing.
+    state: str
+    #: When the current (or, if idle, the last) holder took the lock.
+    since: datetime | None
+    #: Whole seconds the current cycle has been running; ``None`` unless running.
+    running_for: int | None
+    #: The holder's process ids as the kernel reports them (may be empty).
+    holder_pids: tuple[int, ...]
+    #: Queued rerun requests.
+    pending: int
+
+    def as_json(self) -> dict[str, object]:
+        """The snapshot as JSON-ready values (RFC 3339 and Go duration strings)."""
+        return {
+            "dir": self.dir,
+            "state": self.state,
+            "since": None if self.since is None else format_rfc3339(self.since),
+            "running_for": None if self.running_for is None else format_seconds(self.running_for),
+            "running_for_seconds": self.running_for,
+            "holder_pids": list(self.holder_pids),
+            "pending": self.pending,
+        }
+
+    def describe(self) -> str:
+        """One line for a human."""
+        queued = f"{self.pending} queued request{'' if self.pending == 1 else 's'}"
+        if self.state == "running":
+            since = "" if self.since is None else f" since {format_rfc3339(self.since)}"
+            took = "" if self.running_for is None else f" (for {format_seconds(self.running_for)})"
+            pids = ", ".join(str(pid) for pid in self.holder_pids)
+            holder = f", pid {pids}" if pids else ""
+            return f"{self.dir}: running{since}{took}{holder}; {queued}"
+        last = "" if self.since is None else f" (last cycle started {format_rfc3339(self.since)})"
+        return f"{self.dir}: {self.state}{last}; {queued}"
+
+
+def format_rfc3339(instant: datetime) -> str:
+    """Format an aware datetime as RFC 3339 in UTC with a ``Z``."""
+    text = instant.astimezone(UTC).isoformat(timespec="microseconds")
+    head, _, fraction = text.removesuffix("+00:00").partition(".")
+    fraction = fraction.rstrip("0")
+    return f"{head}.{fraction}Z" if fraction else f"{head}Z"
+
+
+def format_seconds(seconds: int) -> str:
+    """Format whole seconds as Go's ``Duration.String`` does (``"1h0m5s"``)."""
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def lock_holders(path: str, table: str = _PROC_LOCKS) -> tuple[int, ...] | None:
+    """Find the exclusive flock(2) holders of ``path`` in the kernel's lock table.
+
+    Args:
+        path: the lock file (it must exist).
+        table: the lock table to read, ``/proc/locks``.
+
+    Returns:
+        The pids of the granted ``FLOCK WRITE`` entries on ``path``'s device
+        and inode (empty when nobody holds it; a pid the kernel cannot map
+        into this namespace is left out), or ``None`` when the table cannot
+        be read (not Linux).
+
+    Raises:
+        OSError: ``path`` cannot be stat'ed.
+    """
+    st = Path(path).stat()
+    try:
+        content = Path(table).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    pids: list[int] = []
+    holders = 0
+    for line in content.splitlines():
+        # "3: FLOCK  ADVISORY  WRITE 12896 fe:00:2147542 0 EOF"; a blocked
+        # waiter reads "3: -> FLOCK ..." and holds nothing.
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[3] != "WRITE":
+            continue
+        where = fields[5].split(":")
+        if len(where) != 3:
+            continue
+        try:
+            found = (int(where[0], 16), int(where[1], 16), int(where[2]))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if found == want:
+            holders += 1
+            if pid > 0:
+                pids.append(pid)
+    if holders and not pids:
+        return (0,)
+    return tuple(pids)
+
+
+def read_pending(path: str) -> int:
+    """Read a counter file under a shared flock without creating or writing it.
+
+    Returns:
+        The count; 0 when the file does not exist yet or holds garbage.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # writers hold LOCK_EX for microseconds
+        return parse_count(os.read(fd, _READ_LIMIT + 1)[:_READ_LIMIT])
+    finally:
+        os.close(fd)
+
+
+def status(directory: str, *, table: str = _PROC_LOCKS) -> Status:
+    """Take a snapshot of an Exclusive directory without touching its lock.
+
+    Args:
+        directory: the directory an :class:`Exclusive` uses.
+        table: the kernel lock table (tests point it elsewhere).
+
+    Returns:
+        The snapshot.
+
+    Raises:
+        NotADirectoryError: ``directory`` is not a directory.
+        OSError: a file exists but cannot be read.
+    """
+    where = Path(directory)
+    if not where.is_dir():
+        where.stat()  # FileNotFoundError or PermissionError, naming it
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", directory)
+    lock_path = join(directory, LOCK_NAME)
+    pending = read_pending(join(directory, QUEUE_NAME))
+    try:
+        pids = lock_holders(lock_path, table)
+    except FileNotFoundError:
+        pids = ()  # never locked here yet
+    since = read_holder(lock_path)
+    if pids is None:
+        return Status(directory, "unknown", since, None, (), pending)
+    if not pids:
+        return Status(directory, "idle", since, None, (), pending)
+    running_for = None
+    if since is not None:
+        running_for = max(int(time.time() - since.timestamp()), 0)
+    return Status(directory, "running", since, running_for, tuple(p for p in pids if p), pending)
