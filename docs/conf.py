@@ -95,11 +95,30 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
 
+# Every doctest page can run a command line the way a reader would type it:
+# ``shell("python -m sched_interval banana")`` prints what it prints (stdout,
+# then stderr) and, when it fails, its exit status.
 doctest_global_setup = """
 import logging
 import os
+import shlex
+import subprocess
 import sys
 import tempfile
+
+
+def shell(command, **kwargs):
+    args = shlex.split(command)
+    if args[0] == "python":
+        args[0] = sys.executable
+    elif os.path.exists(os.path.join(os.path.dirname(sys.executable), args[0])):
+        args[0] = os.path.join(os.path.dirname(sys.executable), args[0])
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, **kwargs)
+    output = (result.stdout + result.stderr).rstrip()
+    if output:
+        print(output)
+    if result.returncode:
+        print(f"[exit status {result.returncode}]")
 """
 
 html_theme = "furo"
@@ -116,7 +135,8 @@ def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> No
     lines = source[0].splitlines(keepends=True)
     text = "".join(line for line in lines if line.strip() not in _NOT_BUILT)
     for page in _NOT_BUILT:
-        text = re.sub(rf"\[([^\]]*)\]\((?:\.\./)?{re.escape(page)}\.md(?:#[^)]*)?\)", r"\1", text)
+        name = re.escape(page.rpartition("/")[2])
+        text = re.sub(rf"\[([^\]]*)\]\((?:[\w./-]*/)?{name}\.md(?:#[^)]*)?\)", r"\1", text)
     source[0] = text
 
 
