@@ -16,8 +16,6 @@ import sys
 if sys.platform == "win32":  # pragma: no cover
     raise ImportError("sched-lock needs flock(2) and runs on Linux and macOS only, not Windows")
 
-from typing import Any
-
 from ._errors import LockError as LockError
 from ._errors import SlotFileError as SlotFileError
 from ._flock import Lock as Lock
@@ -37,7 +35,12 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    __version__: str
+
+
+def __getattr__(name: str) -> str:
     if name == "__version__":
         from importlib.metadata import version
 

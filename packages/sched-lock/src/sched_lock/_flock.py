@@ -9,16 +9,17 @@ lock is free.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import time
 import warnings
-from types import TracebackType
-from typing import final
 
+from ._compat import TYPE_CHECKING, final
 from ._errors import is_contention, wrap_error
 from ._holder import format_holder_line
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 # Read-write so the holder line can be written; created 0644 (before the
 # umask, as the Go library does); close-on-exec so a child process never
@@ -164,8 +165,9 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
         # makes close() flush the data (the replace-by-truncate heuristic),
         # about 20 times slower. A reader that races this sees a torn line,
         # which read_holder reports as unknown, as the spec allows.
-        if _pwrite(fd, line, 0) != len(line):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = _pwrite(fd, line, 0)
+        while written < len(line):  # a short write: go on, so a failure shows its errno
+            written += _pwrite(fd, line[written:], written)
         _ftruncate(fd, len(line))
     except OSError as exc:
         release(fd)

@@ -7,14 +7,16 @@ mutual exclusion): clearing it stores an empty payload.
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import fcntl
 import os
-from collections.abc import Callable
-from typing import final
 
+from ._compat import TYPE_CHECKING, final
 from ._errors import SlotFileError, wrap_error
 from ._flock import FILE_MODE, open_flags, release
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_SLOT_SIZE = 64 * 1024
 """The most a :meth:`SlotFile.mutate` reads or writes, in bytes."""
@@ -112,6 +114,9 @@ class SlotFile:
         try:
             try:
                 _flock(fd, _LOCK_EX)
+            except OSError as exc:
+                raise _error(exc, "flock", path, None) from None
+            try:
                 before = _pread(fd, _FIRST_READ, 0)
                 if len(before) == _FIRST_READ:
                     before += _pread(fd, MAX_SLOT_SIZE - _FIRST_READ, _FIRST_READ)
@@ -129,14 +134,18 @@ class SlotFile:
                     f"slot content of {len(after)} bytes exceeds the {MAX_SLOT_SIZE}-byte "
                     f"limit: {path!r}"
                 )
+            written = 0
             try:
                 # A file of MAX_SLOT_SIZE bytes or more may be longer than what
                 # we read: treat it as shrinking so no tail survives.
                 if len(after) < len(before) or len(before) == MAX_SLOT_SIZE:
                     _ftruncate(fd, 0)
-                if after and _pwrite(fd, after, 0) != len(after):
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a short write
+                while written < len(after):
+                    written += _pwrite(fd, after[written:], written)
             except OSError as exc:
+                if written:  # torn by a failed short write: leave an empty slot instead
+                    with contextlib.suppress(OSError):
+                        _ftruncate(fd, 0)
                 raise _error(exc, "write", path, before) from None
             return before
         finally:

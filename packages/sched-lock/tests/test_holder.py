@@ -1,0 +1,223 @@
+"""read_holder and the holder line format: Go's RFC3339Nano, both ways."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from sched_lock import LockError, read_holder
+from sched_lock._holder import format_holder_line, parse_holder
+
+Spawn = Callable[..., Any]
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Nanoseconds since the epoch that fit a four-digit year (up to 9999-12-31).
+NANOS = st.integers(min_value=0, max_value=253_402_300_799_999_999_999)
+
+
+def go_format(ns: int, offset_minutes: int = 0, digits: int | None = None) -> bytes:
+    """An independent model of Go's ``Format(time.RFC3339Nano)`` (digits=None)
+    or of a fixed-digit RFC 3339 layout, at a given UTC offset."""
+    seconds, fraction = divmod(ns, 10**9)
+    local = EPOCH + timedelta(seconds=seconds, minutes=offset_minutes)
+    text = local.strftime("%Y-%m-%dT%H:%M:%S")
+    nine = f"{fraction:09d}"
+    if digits is None:
+        text += ("." + nine).rstrip("0").rstrip(".")
+    elif digits:
+        text += "." + nine[:digits]
+    if offset_minutes == 0 and digits is None:
+        return (text + "Z").encode()
+    sign = "-" if offset_minutes < 0 else "+"
+    hours, minutes = divmod(abs(offset_minutes), 60)
+    return f"{text}{sign}{hours:02d}:{minutes:02d}".encode()
+
+
+def as_datetime(ns: int, digits: int = 9) -> datetime:
+    """The instant ``ns`` as read back: fraction cut to ``digits``, then to microseconds."""
+    seconds, fraction = divmod(ns, 10**9)
+    kept = fraction - fraction % 10 ** (9 - digits)
+    return EPOCH + timedelta(seconds=seconds, microseconds=kept // 1000)
+
+
+@pytest.mark.parametrize(
+    ("ns", "line"),
+    [
+        (1_796_212_800_000_000_000, b"2026-12-02T12:00:00Z\n"),
+        (1_796_212_800_500_000_000, b"2026-12-02T12:00:00.5Z\n"),
+        (1_796_212_800_000_000_001, b"2026-12-02T12:00:00.000000001Z\n"),
+        (1_796_212_800_123_456_780, b"2026-12-02T12:00:00.12345678Z\n"),
+        (0, b"1970-01-01T00:00:00Z\n"),
+    ],
+)
+def test_format_matches_go(ns: int, line: bytes) -> None:
+    """Lines are Go's RFC3339Nano: UTC, trailing fraction zeros trimmed, then a newline."""
+    assert line == format_holder_line(ns)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b"2026-12-02T12:00:00Z", datetime(2026, 12, 2, 12, tzinfo=UTC)),
+        (b"2026-12-02T12:00:00.5Z\n", datetime(2026, 12, 2, 12, 0, 0, 500_000, tzinfo=UTC)),
+        (b"2026-12-02T12:00:00.123456789Z\n", datetime(2026, 12, 2, 12, 0, 0, 123_456, tzinfo=UTC)),
+        (b"2026-12-02T14:00:00+02:00\n", datetime(2026, 12, 2, 12, tzinfo=UTC)),
+        (b"2026-12-02T04:30:00.25-07:30\n", datetime(2026, 12, 2, 12, 0, 0, 250_000, tzinfo=UTC)),
+        (b"2026-12-02T12:00:00-00:00", datetime(2026, 12, 2, 12, tzinfo=UTC)),
+        (b"2027-01-01T01:00:00+13:00", datetime(2026, 12, 31, 12, tzinfo=UTC)),
+        (b" \t\r\n2026-12-02T12:00:00Z \r\n\n", datetime(2026, 12, 2, 12, tzinfo=UTC)),
+        # Go keeps reading digits past the ninth and ignores them.
+        (
+            b"2026-12-02T12:00:00.1234567891234Z",
+            datetime(2026, 12, 2, 12, 0, 0, 123_456, tzinfo=UTC),
+        ),
+        (b"2024-02-29T00:00:00Z", datetime(2024, 2, 29, tzinfo=UTC)),
+    ],
+)
+def test_parses_go_lines(line: bytes, expected: datetime) -> None:
+    """Any RFC 3339 offset, 0-9 (or more) fraction digits and surrounding white space."""
+    actual = parse_holder(line)
+    assert expected == actual
+    assert actual is not None
+    assert UTC == actual.tzinfo
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"",
+        b"\n",
+        b"   \n\t",
+        b"2026-12-02T12:00",  # torn
+        b"2026-12-02T12:00:00",  # no offset
+        b"2026-12-02T12:00:00.",  # a dot without digits
+        b"2026-12-02T12:00:00.Z",
+        b"2026-12-02t12:00:00Z",
+        b"2026-12-02T12:00:00z",
+        b"2026-12-02 12:00:00Z",
+        b"2026-13-02T12:00:00Z",
+        b"2026-02-30T12:00:00Z",
+        b"2025-02-29T12:00:00Z",
+        b"2026-12-02T24:00:00Z",
+        b"2026-12-02T12:60:00Z",
+        b"2026-12-02T12:00:60Z",  # Go rejects leap seconds too
+        b"2026-12-02T12:00:00+24:00",
+        b"2026-12-02T12:00:00+02:60",
+        b"2026-12-02T12:00:00+0200",
+        b"2026-12-02T12:00:00+02",
+        b"2026-12-02T12:00:00,5Z",
+        b"0000-01-01T00:00:00Z",  # Go's year zero has no datetime
+        b"+026-12-02T12:00:00Z",
+        b"2026-1-02T12:00:00Z",
+        b"2026-12-02T12:00:00Z\n2026-12-02T12:00:00Z\n",  # two lines
+        b"2026-12-02T12:00:00.5Z\n00Z\n",  # a shorter line over a longer one, uncut
+        b"\xff\xfe2026-12-02T12:00:00Z",
+        "\uff12\uff10\uff12\uff16-12-02T12:00:00Z".encode(),  # fullwidth digits
+        b"2026-12-02T12:00:00\xd9\xa0Z",
+        b"0001-01-01T00:00:00+00:01",  # before datetime.min once in UTC
+        b"9999-12-31T23:59:59-00:01",  # past datetime.max once in UTC
+        b"garbage",
+    ],
+)
+def test_garbage_is_none(line: bytes) -> None:
+    """Torn, malformed or out-of-range content is unknown: None, never an exception."""
+    assert parse_holder(line) is None
+
+
+@given(NANOS)
+@example(0)
+@example(253_402_300_799_999_999_999)
+def test_format_parse_round_trip(ns: int) -> None:
+    """Formatting then parsing gives the instant back (to the microsecond, truncated)."""
+    line = format_holder_line(ns)
+    assert go_format(ns) + b"\n" == line
+    assert as_datetime(ns) == parse_holder(line)
+
+
+@given(
+    st.integers(min_value=86_400 * 10**9, max_value=253_402_214_400 * 10**9),  # a day's margin
+    st.integers(min_value=-(23 * 60 + 59), max_value=23 * 60 + 59),
+    st.integers(min_value=0, max_value=9),
+)
+def test_parses_any_offset_and_digit_count(ns: int, offset: int, digits: int) -> None:
+    """A line in any offset with 0-9 fraction digits reads as the same instant."""
+    assert as_datetime(ns, digits) == parse_holder(go_format(ns, offset, digits))
+
+
+@given(st.binary(max_size=64))
+def test_never_raises_on_bytes(content: bytes) -> None:
+    """Arbitrary bytes parse to None or an aware UTC datetime, never an exception."""
+    result = parse_holder(content)
+    assert result is None or result.tzinfo is UTC
+
+
+@given(NANOS, st.data())
+def test_torn_lines_are_none(ns: int, data: st.DataObject) -> None:
+    """Every proper prefix of a line that stops before its Z is unknown."""
+    line = format_holder_line(ns)
+    cut = data.draw(st.integers(min_value=0, max_value=len(line) - 2))
+    assert parse_holder(line[:cut]) is None
+
+
+@given(st.text(alphabet="0123456789-:.TZ+ \n", max_size=40))
+def test_never_raises_on_near_misses(text: str) -> None:
+    """Strings built from the format's own characters never raise either."""
+    result = parse_holder(text.encode())
+    assert result is None or result.tzinfo is UTC
+
+
+def test_read_holder_absent_is_none(tmp_path: Path) -> None:
+    """An absent file (or directory) reads as None."""
+    assert read_holder(tmp_path / "absent") is None
+    assert read_holder(str(tmp_path / "absent" / "cycle.lock")) is None
+
+
+def test_read_holder_reads_file(tmp_path: Path) -> None:
+    """read_holder parses the file's line, a Go holder's with an offset included."""
+    path = tmp_path / "cycle.lock"
+    path.write_bytes(b"2026-12-02T14:00:00.123456789+02:00\n")
+    assert datetime(2026, 12, 2, 12, 0, 0, 123_456, tzinfo=UTC) == read_holder(path)
+    path.write_bytes(b"")
+    assert read_holder(path) is None
+    path.write_bytes(b"2026-12-02T12:00:00Z" + b" " * 70_000)
+    assert read_holder(path) is None  # too long to be a holder line
+
+
+def test_read_holder_directory_raises(tmp_path: Path) -> None:
+    """A directory is not bad content but a real failure: IsADirectoryError naming it."""
+    with pytest.raises(IsADirectoryError) as info:
+        read_holder(tmp_path)
+    assert isinstance(info.value, LockError)
+    assert str(tmp_path) == info.value.filename
+
+
+def test_read_holder_permission_raises(world_dir: str, spawn: Spawn, drop_privileges: str) -> None:
+    """An unreadable lock file raises PermissionError: it is not "no holder"."""
+    path = f"{world_dir}/cycle.lock"
+    Path(path).write_bytes(b"2026-12-02T12:00:00Z\n")
+    Path(path).chmod(0o600)
+    code = f"""
+from sched_lock import LockError, read_holder
+{drop_privileges}
+try:
+    read_holder({path!r})
+except PermissionError as exc:
+    print(isinstance(exc, LockError), exc.errno, exc.filename)
+"""
+    child = spawn(code)
+    assert f"True {errno.EACCES} {path}" == child.read_line()
+    assert 0 == child.wait()
+
+
+def test_aware_utc_result() -> None:
+    """The result is aware and in UTC whatever offset the line used."""
+    result = parse_holder(b"2026-12-02T14:00:00+02:00")
+    assert result is not None
+    assert timedelta(0) == result.utcoffset()
+    assert result.tzinfo is UTC

@@ -1,0 +1,430 @@
+"""try_lock and Lock: flock semantics, the holder line, errors, descriptors."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import gc
+import os
+import pickle
+import re
+import signal
+import stat
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sched_lock
+from sched_lock import Lock, LockError, read_holder, try_lock
+
+# A child process (conftest.Child) started by the spawn fixture.
+Spawn = Callable[..., Any]
+
+HOLDER_LINE = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{0,8}[1-9])?Z\n")
+
+
+@pytest.fixture
+def lock_path(tmp_path: Path) -> str:
+    """A path for a lock file that does not exist yet."""
+    return str(tmp_path / "cycle.lock")
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """Run the test under the common umask 022, then restore the old one."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def must_lock(path: str | os.PathLike[str], **kwargs: bool) -> Lock:
+    """try_lock that must succeed."""
+    lock = try_lock(path, **kwargs)
+    assert lock is not None
+    return lock
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_creates_the_file_0644(lock_path: str) -> None:
+    """An absent lock file is created as a regular file with mode 0644."""
+    with must_lock(lock_path):
+        mode = Path(lock_path).stat().st_mode
+    assert stat.S_ISREG(mode)
+    assert 0o644 == stat.S_IMODE(mode)
+
+
+def test_umask_narrows_the_mode(lock_path: str) -> None:
+    """The mode is 0644 less the umask (no fchmod overrides the administrator)."""
+    old = os.umask(0o077)
+    try:
+        must_lock(lock_path).unlock()
+    finally:
+        os.umask(old)
+    assert 0o600 == stat.S_IMODE(Path(lock_path).stat().st_mode)
+
+
+def test_second_open_in_process_contends(lock_path: str) -> None:
+    """flock belongs to the open file description: a second open in-process is refused."""
+    lock = must_lock(lock_path)
+    try:
+        assert try_lock(lock_path) is None
+        assert try_lock(Path(lock_path)) is None
+    finally:
+        lock.unlock()
+    must_lock(lock_path).unlock()
+
+
+def test_unlock_is_idempotent_and_keeps_the_file(lock_path: str) -> None:
+    """unlock() twice is harmless, and the file (same inode) stays on disk."""
+    lock = must_lock(lock_path)
+    inode = Path(lock_path).stat().st_ino
+    states = [lock.locked]
+    lock.unlock()
+    lock.unlock()
+    states.append(lock.locked)
+    assert [True, False] == states
+    assert inode == Path(lock_path).stat().st_ino
+    with must_lock(lock_path):
+        assert inode == Path(lock_path).stat().st_ino
+
+
+def test_context_manager_returns_self_and_releases(lock_path: str) -> None:
+    """``with`` yields the lock itself and releases it on exit, even on error."""
+    lock = must_lock(lock_path)
+
+    def fail_inside() -> None:
+        with lock as entered:
+            assert lock is entered
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        fail_inside()
+    assert not lock.locked
+    must_lock(lock_path).unlock()
+
+
+def test_path_and_repr(lock_path: str) -> None:
+    """``path`` is the given path as a str; repr shows it and the state."""
+    lock = must_lock(Path(lock_path))
+    assert lock_path == lock.path
+    assert f"<sched_lock.Lock {lock_path!r} locked>" == repr(lock)
+    lock.unlock()
+    assert f"<sched_lock.Lock {lock_path!r} unlocked>" == repr(lock)
+
+
+def test_lock_cannot_be_constructed() -> None:
+    """Locks come from try_lock only."""
+    with pytest.raises(TypeError, match="try_lock"):
+        Lock()
+
+
+def test_garbage_collected_lock_is_released_with_a_warning(lock_path: str) -> None:
+    """A held lock dropped without unlock() is released, with a ResourceWarning."""
+
+    def drop() -> None:
+        must_lock(lock_path)
+        gc.collect()
+
+    with pytest.warns(ResourceWarning, match="unreleased lock"):
+        drop()
+    must_lock(lock_path).unlock()
+
+
+def test_holder_line_is_written_and_read_back(lock_path: str) -> None:
+    """The holder writes one RFC3339Nano UTC line with the acquisition time."""
+    start = datetime.now(UTC)
+    with must_lock(lock_path):
+        content = Path(lock_path).read_bytes()
+        since = read_holder(lock_path)
+    assert HOLDER_LINE.fullmatch(content), content
+    assert since is not None
+    assert start - timedelta(microseconds=1) <= since <= datetime.now(UTC)
+
+
+@pytest.mark.parametrize(
+    "previous",
+    [
+        b"",
+        b"x",
+        b"2026-12-02T14:00:00.123456789+02:00\n",  # a Go holder's line, with an offset
+        b"2026-12-02T12:00:00Z\n" + b" " * 100 + b"garbage\n",
+    ],
+)
+def test_holder_line_fully_replaces_previous_content(lock_path: str, previous: bytes) -> None:
+    """Whatever the file held, a new holder leaves exactly its own line."""
+    Path(lock_path).write_bytes(previous)
+    with must_lock(lock_path):
+        content = Path(lock_path).read_bytes()
+    assert HOLDER_LINE.fullmatch(content), content
+
+
+def test_contender_never_writes(lock_path: str) -> None:
+    """A refused try_lock neither truncates nor rewrites the holder's line."""
+    with must_lock(lock_path):
+        Path(lock_path).write_bytes(b"2000-01-01T00:00:00Z\n")
+        os.utime(lock_path, ns=(0, 0))
+        assert try_lock(lock_path) is None
+        assert b"2000-01-01T00:00:00Z\n" == Path(lock_path).read_bytes()
+        assert 0 == Path(lock_path).stat().st_mtime_ns
+
+
+class Spy:
+    """Records the order of the write calls while letting them through."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: object) -> None:
+        self.calls: list[tuple[str, int]] = []
+        real_pwrite: Callable[[int, bytes, int], int] = os.pwrite
+        real_ftruncate: Callable[[int, int], None] = os.ftruncate
+
+        def pwrite(fd: int, data: bytes, offset: int) -> int:
+            self.calls.append(("pwrite", offset))
+            return real_pwrite(fd, data, offset)
+
+        def ftruncate(fd: int, length: int) -> None:
+            self.calls.append(("ftruncate", length))
+            real_ftruncate(fd, length)
+
+        monkeypatch.setattr(module, "_pwrite", pwrite)
+        monkeypatch.setattr(module, "_ftruncate", ftruncate)
+
+
+def test_holder_line_is_written_before_cutting(
+    lock_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Write in place, then cut to length: never the truncate-to-zero pattern."""
+    from sched_lock import _flock
+
+    spy = Spy(monkeypatch, _flock)
+    Path(lock_path).write_bytes(b"x" * 100)
+    with must_lock(lock_path):
+        length = len(Path(lock_path).read_bytes())
+    assert [("pwrite", 0), ("ftruncate", length)] == spy.calls
+
+
+def test_missing_directory_raises_file_not_found(tmp_path: Path) -> None:
+    """A missing parent directory is a FileNotFoundError (and a LockError) naming the path."""
+    path = str(tmp_path / "absent" / "cycle.lock")
+    with pytest.raises(FileNotFoundError) as info:
+        try_lock(path)
+    assert isinstance(info.value, LockError)
+    assert errno.ENOENT == info.value.errno
+    assert path == info.value.filename
+
+
+def test_directory_raises_is_a_directory(tmp_path: Path) -> None:
+    """A directory at the path is refused with IsADirectoryError."""
+    with pytest.raises(IsADirectoryError) as info:
+        try_lock(tmp_path)
+    assert isinstance(info.value, LockError)
+    assert str(tmp_path) == info.value.filename
+
+
+def test_symlink_refused_without_follow(tmp_path: Path) -> None:
+    """follow_symlinks=False refuses a symlink (ELOOP) and leaves its target alone."""
+    target = tmp_path / "target"
+    target.write_bytes(b"precious")
+    link = tmp_path / "cycle.lock"
+    link.symlink_to(target)
+    with pytest.raises(LockError) as info:
+        try_lock(link, follow_symlinks=False)
+    assert errno.ELOOP == info.value.errno
+    assert str(link) == info.value.filename
+    assert b"precious" == target.read_bytes()
+
+
+def test_symlink_followed_by_default(tmp_path: Path) -> None:
+    """By default, as in Go, a symlink is followed and its target locked."""
+    target = tmp_path / "target"
+    link = tmp_path / "cycle.lock"
+    link.symlink_to(target)
+    with must_lock(link):
+        assert try_lock(target) is None
+    assert HOLDER_LINE.fullmatch(target.read_bytes())
+
+
+def test_no_follow_still_locks_regular_files(lock_path: str) -> None:
+    """follow_symlinks=False locks a regular file as usual."""
+    with must_lock(lock_path, follow_symlinks=False):
+        assert try_lock(lock_path, follow_symlinks=False) is None
+
+
+def test_errors_pickle(tmp_path: Path) -> None:
+    """Errors survive pickling (they may cross a process boundary)."""
+    with pytest.raises(LockError) as info:
+        try_lock(tmp_path / "absent" / "x")
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert type(info.value) is type(copy)
+    assert (info.value.errno, info.value.filename) == (copy.errno, copy.filename)
+    assert str(info.value) == str(copy)
+
+
+def test_many_operations_leak_no_descriptor(lock_path: str, tmp_path: Path) -> None:
+    """Acquire, contend, fail and release repeatedly: /proc/self/fd is unchanged."""
+    before = sorted(entry.name for entry in Path("/proc/self/fd").iterdir())
+    for _ in range(50):
+        with must_lock(lock_path):
+            assert try_lock(lock_path) is None
+        with pytest.raises(FileNotFoundError):
+            try_lock(tmp_path / "absent" / "x")
+    assert before == sorted(entry.name for entry in Path("/proc/self/fd").iterdir())
+
+
+HOLD = """
+import sys
+from sched_lock import try_lock
+lock = try_lock(sys.argv[1] if len(sys.argv) > 1 else {path!r})
+print("held" if lock else "busy")
+sys.stdin.readline()
+"""
+
+
+def test_cross_process_contention(lock_path: str, spawn: Spawn) -> None:
+    """A lock held by another process refuses us until that process releases it."""
+    child = spawn(HOLD.format(path=lock_path))
+    assert "held" == child.read_line()
+    assert try_lock(lock_path) is None
+    child.send("release")
+    assert 0 == child.wait()
+    must_lock(lock_path).unlock()
+
+
+def test_child_is_refused_while_we_hold(lock_path: str, spawn: Spawn) -> None:
+    """Our lock refuses another process."""
+    with must_lock(lock_path):
+        child = spawn(HOLD.format(path=lock_path))
+        assert "busy" == child.read_line()
+        child.send("done")
+        assert 0 == child.wait()
+
+
+def test_kernel_releases_on_sigkill(lock_path: str, spawn: Spawn) -> None:
+    """SIGKILL the holder: the lock is free at once, and its holder line stays readable."""
+    child = spawn(HOLD.format(path=lock_path))
+    assert "held" == child.read_line()
+    since = read_holder(lock_path)
+    child.process.send_signal(signal.SIGKILL)
+    assert -signal.SIGKILL == child.wait()
+    assert since is not None
+    with must_lock(lock_path):
+        assert since <= (read_holder(lock_path) or since)
+
+
+def test_descriptor_not_inherited(lock_path: str, spawn: Spawn) -> None:
+    """O_CLOEXEC: a child started while we hold has no descriptor on the lock file,
+    and does not keep the lock alive after we release it."""
+    code = f"""
+import os, sys
+fds = [fd for fd in os.listdir("/proc/self/fd")
+       if os.path.realpath(f"/proc/self/fd/{{fd}}") == os.path.realpath({lock_path!r})]
+print(len(fds))
+sys.stdin.readline()
+"""
+    lock = must_lock(lock_path)
+    child = spawn(code, close_fds=False)
+    assert "0" == child.read_line()
+    lock.unlock()
+    must_lock(lock_path).unlock()  # while the child still runs
+    child.send("done")
+    assert 0 == child.wait()
+
+
+def test_unlock_releases_a_forked_copy(lock_path: str) -> None:
+    """After fork() without exec, our unlock() still frees the lock (LOCK_UN, not just close)."""
+    lock = must_lock(lock_path)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only waits and exits
+        os.close(write_end)
+        os.read(read_end, 1)
+        os._exit(0)
+    os.close(read_end)
+    try:
+        lock.unlock()
+        must_lock(lock_path).unlock()
+    finally:
+        os.close(write_end)
+        os.waitpid(pid, 0)
+
+
+def test_permission_refused_to_create(world_dir: str, spawn: Spawn, drop_privileges: str) -> None:
+    """An unprivileged process may not create a lock in our 0755 directory."""
+    code = f"""
+from sched_lock import LockError, try_lock
+{drop_privileges}
+try:
+    try_lock({world_dir + "/cycle.lock"!r})
+except PermissionError as exc:
+    print(type(exc).__mro__[1].__name__, exc.errno, exc.filename)
+"""
+    child = spawn(code)
+    expected = f"LockError {errno.EACCES} {world_dir}/cycle.lock"
+    assert expected == child.read_line()
+    assert 0 == child.wait()
+    assert not Path(world_dir, "cycle.lock").exists()
+
+
+def test_permission_refused_to_open(world_dir: str, spawn: Spawn, drop_privileges: str) -> None:
+    """An unprivileged process may not open our 0644 lock file for writing."""
+    path = f"{world_dir}/cycle.lock"
+    must_lock(path).unlock()
+    content = Path(path).read_bytes()
+    code = f"""
+from sched_lock import try_lock, read_holder
+{drop_privileges}
+try:
+    try_lock({path!r})
+except PermissionError as exc:
+    print(exc.errno, read_holder({path!r}) is not None)
+"""
+    child = spawn(code)
+    assert f"{errno.EACCES} True" == child.read_line()
+    assert 0 == child.wait()
+    assert content == Path(path).read_bytes()
+
+
+def test_holder_write_failure_releases_the_lock(lock_path: str, spawn: Spawn) -> None:
+    """If the holder line cannot be written (file size limit), the error names the
+    path and the lock is released, not leaked."""
+    code = f"""
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (5, 5))
+from sched_lock import LockError, try_lock
+try:
+    try_lock({lock_path!r})
+except LockError as exc:
+    print(exc.errno, exc.filename, exc.strerror)
+import sys
+sys.stdin.readline()
+"""
+    child = spawn(code)
+    assert f"{errno.EFBIG} {lock_path} write holder line: File too large" == child.read_line()
+    must_lock(lock_path).unlock()  # while the child still runs: it did not keep the lock
+    child.send("done")
+    assert 0 == child.wait()
+
+
+def test_lock_is_the_open_file_description(lock_path: str) -> None:
+    """A raw flock on a second open agrees with try_lock (interop with other flock users)."""
+    with must_lock(lock_path):
+        fd = os.open(lock_path, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+
+
+def test_acquisition_is_fast_enough_to_loop(lock_path: str) -> None:
+    """Many acquisitions in a row all succeed (no lingering state between them)."""
+    deadline = time.monotonic() + 60
+    for _ in range(1000):
+        must_lock(lock_path).unlock()
+        assert time.monotonic() < deadline
+    assert sched_lock.try_lock is try_lock
