@@ -1,0 +1,579 @@
+"""Every coalescing rule, one test each, on real files in one process.
+
+Another holder is a second open of ``cycle.lock``; another requester is a
+second :class:`Exclusive` on the same directory; :mod:`sched_exclusive_testkit`'s
+hooked backend places them exactly inside the race windows.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sched_exclusive_testkit import hooked, read_counter_file
+
+from sched_exclusive import (
+    CoordinationError,
+    Exclusive,
+    ExclusiveError,
+    Outcome,
+    RunError,
+)
+from sched_lock import Lock, try_lock
+
+LOGGER = "sched_exclusive"
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> str:
+    return str(tmp_path)
+
+
+@pytest.fixture
+def hold(directory: str) -> Iterator[Callable[[], Lock]]:
+    """Take the cycle lock as "another process" would (a second open)."""
+    taken: list[Lock] = []
+
+    def take() -> Lock:
+        lock = try_lock(os.path.join(directory, "cycle.lock"))
+        assert lock is not None
+        taken.append(lock)
+        return lock
+
+    yield take
+    for lock in taken:
+        lock.unlock()
+
+
+def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
+
+
+def lock_is_free(directory: str) -> bool:
+    lock = try_lock(os.path.join(directory, "cycle.lock"))
+    if lock is None:
+        return False
+    lock.unlock()
+    return True
+
+
+class Recorder:
+    """A job that counts its runs and runs a scripted action in each."""
+
+    def __init__(self, *actions: Callable[[], object]) -> None:
+        self.runs = 0
+        self.actions = list(actions)
+
+    def __call__(self) -> None:
+        self.runs += 1
+        if self.actions:
+            self.actions.pop(0)()
+
+
+def test_lock_free_runs_once(directory: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A free lock runs the job now: outcome ran, nothing queued, nothing logged."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    job = Recorder()
+    assert Outcome.RAN == Exclusive(directory).run(job)
+    assert 1 == job.runs
+    assert [] == messages(caplog)
+    assert lock_is_free(directory)
+    assert 0 == Exclusive(directory).pending()
+
+
+def test_busy_queue_mode_queues_then_discards(
+    directory: str, hold: Callable[[], Lock], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A busy lock records one request (queued, "1\\n") and drops the next (discarded)."""
+    caplog.set_level(logging.INFO, LOGGER)
+    hold()
+    ex = Exclusive(directory)
+    job = Recorder()
+    assert Outcome.QUEUED == ex.run(job)
+    assert b"1\n" == read_counter_file(directory)
+    assert Outcome.DISCARDED == ex.run(job)
+    assert b"1\n" == read_counter_file(directory)
+    assert 0 == job.runs
+    assert 1 == ex.pending()
+    assert [
+        "cycle still running; queued rerun request (1 of 1)",
+        "cycle still running and 1 rerun request(s) already queued; discarding request",
+    ] == messages(caplog)
+    assert ["queued", "discarded"] == [r.sched_outcome for r in caplog.records]
+
+
+@pytest.mark.parametrize(("capacity", "effective"), [(-5, 1), (0, 1), (1, 1), (3, 3)])
+def test_capacity_bounds_the_queue(
+    directory: str, hold: Callable[[], Lock], capacity: int, effective: int
+) -> None:
+    """Up to ``capacity`` requests queue, the rest are discarded; below 1 means 1."""
+    hold()
+    ex = Exclusive(directory, queue_capacity=capacity)
+    assert effective == ex.queue_capacity
+    outcomes = [ex.run(Recorder()) for _ in range(effective + 2)]
+    assert [Outcome.QUEUED] * effective + [Outcome.DISCARDED] * 2 == outcomes
+    assert effective == ex.pending()
+
+
+def test_skip_mode_skips_with_a_warning(
+    directory: str, hold: Callable[[], Lock], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A busy lock in skip mode logs a warning, records nothing, runs nothing."""
+    caplog.set_level(logging.INFO, LOGGER)
+    hold()
+    job = Recorder()
+    assert Outcome.SKIPPED == Exclusive(directory).run_or_skip(job)
+    assert 0 == job.runs
+    assert b"" == read_counter_file(directory)
+    assert [(logging.WARNING, "cycle still running; skipping tick")] == [
+        (r.levelno, r.getMessage()) for r in caplog.records
+    ]
+
+
+def test_fresh_acquisition_clears_an_orphaned_counter(
+    directory: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A counter left behind (crash, cap, gate) is cleared by the next run, with a warning."""
+    caplog.set_level(logging.INFO, LOGGER)
+    Path(directory, "cycle.queued").write_bytes(b"3\n")
+    job = Recorder()
+    assert Outcome.RAN == Exclusive(directory).run_or_skip(job)
+    assert 1 == job.runs
+    assert b"0\n" == read_counter_file(directory)
+    [record] = caplog.records
+    assert logging.WARNING == record.levelno
+    assert "stale queued-run marker cleared at startup (3 pending)" == record.getMessage()
+    assert 3 == record.sched_pending
+    assert directory == record.sched_dir
+
+
+def test_requests_queued_during_a_run_rerun_it(
+    directory: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each request queued meanwhile gets one rerun, each logged with its attempt ordinal."""
+    caplog.set_level(logging.INFO, LOGGER)
+    other = Exclusive(directory, queue_capacity=2)
+    ex = Exclusive(directory, queue_capacity=2)
+    outcomes: list[Outcome] = []
+    job = Recorder(lambda: outcomes.extend([other.run(Recorder()), other.run(Recorder())]))
+    assert Outcome.RAN_QUEUED == ex.run(job)
+    assert [Outcome.QUEUED, Outcome.QUEUED] == outcomes
+    assert 3 == job.runs
+    assert 0 == ex.pending()
+    reruns = [r for r in caplog.records if r.getMessage().startswith("running queued")]
+    assert ["running queued cycle request (attempt 1)", "running queued cycle request (attempt 2)"] == [
+        r.getMessage() for r in reruns
+    ]
+    assert [1, 2] == [r.sched_attempt for r in reruns]
+
+
+def test_run_or_skip_serves_queued_demand_too(directory: str) -> None:
+    """Skip mode's acquired path is run's: requests queued meanwhile are rerun."""
+    other = Exclusive(directory)
+    job = Recorder(lambda: other.run(Recorder()))
+    assert Outcome.RAN_QUEUED == Exclusive(directory).run_or_skip(job)
+    assert 2 == job.runs
+
+
+def test_reruns_go_on_through_job_failures(directory: str) -> None:
+    """Every queued request is owed a run even when the runs fail; all errors are kept."""
+    other = Exclusive(directory)
+    failures = [ValueError("first"), KeyError("second"), OSError(errno.EIO, "third")]
+
+    def job() -> None:
+        if len(failures) > 1:
+            other.run(lambda: None)  # one more request while this run fails
+        raise failures.pop(0)
+
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory).run(job)
+    assert Outcome.RAN_QUEUED == caught.value.outcome
+    assert ["'first'", "'second'", "third"] == [
+        repr(e.args[0]) if not isinstance(e, OSError) else e.strerror
+        for e in caught.value.exceptions
+    ]
+    assert 0 == Exclusive(directory).pending()
+
+
+def test_a_single_failure_keeps_outcome_ran(directory: str) -> None:
+    """A failed first run with nothing queued: RunError with outcome ran and that error."""
+    boom = RuntimeError("boom")
+
+    def job() -> None:
+        raise boom
+
+    with pytest.raises(ExclusiveError) as caught:
+        Exclusive(directory).run(job)
+    assert isinstance(caught.value, RunError)
+    assert Outcome.RAN == caught.value.outcome
+    assert (boom,) == caught.value.exceptions
+    assert lock_is_free(directory)
+
+
+def test_rerun_cap_defers_demand(directory: str, caplog: pytest.LogCaptureFixture) -> None:
+    """At most 8 reruns per call; then a warning, and the demand stays recorded."""
+    caplog.set_level(logging.INFO, LOGGER)
+    other = Exclusive(directory)
+    runs = 0
+
+    def job() -> None:
+        nonlocal runs
+        runs += 1
+        other.run(lambda: None)  # a relentless trigger source
+
+    assert Outcome.RAN_QUEUED == Exclusive(directory).run(job)
+    assert 9 == runs
+    assert 1 == other.pending()
+    warning = caplog.records[-1]
+    assert logging.WARNING == warning.levelno
+    assert "rerun cap reached; deferring queued demand (8 reruns, 1 pending)" == warning.getMessage()
+    assert (8, 1) == (warning.sched_reruns, warning.sched_pending)
+    # The next acquisition's run satisfies the deferred demand.
+    caplog.clear()
+    assert Outcome.RAN == other.run(lambda: None)
+    assert "stale queued-run marker cleared at startup (1 pending)" == caplog.records[0].getMessage()
+    assert 0 == other.pending()
+
+
+def test_closed_gate_skips_the_initial_run(
+    directory: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A closed gate: outcome gated, nothing run, the counter untouched, one info line."""
+    caplog.set_level(logging.INFO, LOGGER)
+    Path(directory, "cycle.queued").write_bytes(b"1\n")
+    job = Recorder()
+    ex = Exclusive(directory, gate=lambda: False)
+    assert Outcome.GATED == ex.run(job)
+    assert Outcome.GATED == ex.run_or_skip(job)
+    assert 0 == job.runs
+    assert b"1\n" == read_counter_file(directory)
+    assert ["cycle gate closed; skipping run"] * 2 == messages(caplog)
+    assert lock_is_free(directory)
+
+
+def test_closed_gate_still_records_requests(directory: str, hold: Callable[[], Lock]) -> None:
+    """The gate decides what runs, not what queues."""
+    hold()
+    assert Outcome.QUEUED == Exclusive(directory, gate=lambda: False).run(Recorder())
+    assert b"1\n" == read_counter_file(directory)
+
+
+def test_gate_closing_mid_run_defers_queued_demand(
+    directory: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gate that closes during the run stops the reruns; the demand stays."""
+    caplog.set_level(logging.INFO, LOGGER)
+    open_ = True
+    other = Exclusive(directory)
+
+    def job() -> None:
+        nonlocal open_
+        other.run(lambda: None)
+        open_ = False  # shutdown requested while the run goes on
+
+    ex = Exclusive(directory, gate=lambda: open_)
+    assert Outcome.RAN == ex.run(job)
+    assert 1 == ex.pending()
+    assert "cycle gate closed; deferring queued demand (1 pending)" == messages(caplog)[-1]
+
+
+def test_gate_is_consulted_before_every_start(directory: str) -> None:
+    """The gate is asked once before the first run and once before each rerun."""
+    asked = 0
+
+    def gate() -> bool:
+        nonlocal asked
+        asked += 1
+        return True
+
+    other = Exclusive(directory, queue_capacity=2)
+    job = Recorder(lambda: (other.run(Recorder()), other.run(Recorder())))
+    assert Outcome.RAN_QUEUED == Exclusive(directory, queue_capacity=2, gate=gate).run(job)
+    assert 3 == job.runs
+    assert 3 == asked
+
+
+def test_a_raising_gate_counts_as_closed(directory: str) -> None:
+    """A gate that raises starts no run; its error is kept with outcome gated."""
+    failure = RuntimeError("gate broke")
+
+    def gate() -> bool:
+        raise failure
+
+    job = Recorder()
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory, gate=gate).run(job)
+    assert (Outcome.GATED, (failure,)) == (caught.value.outcome, caught.value.exceptions)
+    assert 0 == job.runs
+    assert lock_is_free(directory)
+
+
+def test_reprobe_serves_a_request_that_raced_the_release(
+    directory: str, hold: Callable[[], Lock], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Busy at the probe, free after queueing: the requester runs, taking its entry silently."""
+    caplog.set_level(logging.INFO, LOGGER)
+    holder = hold()
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    backend.after_probe[1] = holder.unlock  # the runner releases right after our probe
+    job = Recorder()
+    assert Outcome.RAN == ex.run(job)
+    assert 1 == job.runs
+    assert b"0\n" == read_counter_file(directory)
+    assert ["cycle still running; queued rerun request (1 of 1)"] == messages(caplog)
+
+
+def test_reprobe_leaves_other_entries_for_reruns(directory: str, hold: Callable[[], Lock]) -> None:
+    """After a re-probe only the requester's own entry is taken; the others are rerun."""
+    holder = hold()
+    Path(directory, "cycle.queued").write_bytes(b"1\n")  # someone else's request
+    ex = Exclusive(directory, queue_capacity=2)
+    hooked(ex).after_probe[1] = holder.unlock
+    job = Recorder()
+    assert Outcome.RAN_QUEUED == ex.run(job)
+    assert 2 == job.runs
+    assert 0 == ex.pending()
+
+
+def test_reprobe_into_a_closed_gate_keeps_the_entry(
+    directory: str, hold: Callable[[], Lock]
+) -> None:
+    """A re-probing requester that meets a closed gate leaves its own request queued."""
+    holder = hold()
+    ex = Exclusive(directory, gate=lambda: False)
+    hooked(ex).after_probe[1] = holder.unlock
+    assert Outcome.GATED == ex.run(Recorder())
+    assert 1 == ex.pending()
+
+
+def test_reprobe_failure_is_queued_with_an_error(directory: str, hold: Callable[[], Lock]) -> None:
+    """The request was recorded but the re-probe failed: outcome queued, with the error."""
+    hold()
+    ex = Exclusive(directory)
+    hooked(ex).fail_probe[2] = OSError(errno.EIO, "probe failed", "cycle.lock")
+    with pytest.raises(CoordinationError) as caught:
+        ex.run(Recorder())
+    assert Outcome.QUEUED == caught.value.outcome
+    assert errno.EIO == caught.value.errno
+    assert 1 == ex.pending()
+
+
+def test_handoff_serves_a_request_that_slipped_in_before_release(
+    directory: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request recorded after the holder's last look is served by taking the lock back."""
+    caplog.set_level(logging.INFO, LOGGER)
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    late: list[Outcome] = []
+    # Just before the release, another requester finds the lock busy, queues,
+    # and its re-probe fails too: only the holder's post-release look is left.
+    backend.before_release[1] = lambda: late.append(Exclusive(directory).run(lambda: None))
+    job = Recorder()
+    assert Outcome.RAN_QUEUED == ex.run(job)
+    assert [Outcome.QUEUED] == late
+    assert 2 == job.runs
+    assert 0 == ex.pending()
+    assert 2 == backend.probes  # the first probe and the handoff
+    assert lock_is_free(directory)
+    assert "running queued cycle request (attempt 1)" == messages(caplog)[-1]
+
+
+def test_handoff_yields_to_a_new_holder(directory: str) -> None:
+    """If another process took the lock after the release, the holder leaves it the demand."""
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    taken: list[Lock | None] = []
+    backend.before_release[1] = lambda: Exclusive(directory).run(lambda: None)
+    backend.after_release[1] = lambda: taken.append(try_lock(ex.lock_path))
+    job = Recorder()
+    try:
+        assert Outcome.RAN == ex.run(job)
+        assert 1 == job.runs
+        assert 1 == ex.pending()  # the new holder's to serve
+    finally:
+        for lock in taken:
+            assert lock is not None
+            lock.unlock()
+
+
+def test_handoff_respects_the_gate(directory: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The gate is consulted before a handoff: closed, the slipped-in demand is deferred."""
+    caplog.set_level(logging.INFO, LOGGER)
+    open_ = True
+    ex = Exclusive(directory, gate=lambda: open_)
+    backend = hooked(ex)
+
+    def slip_in_and_shut_down() -> None:
+        nonlocal open_
+        Exclusive(directory).run(lambda: None)
+        open_ = False
+
+    backend.before_release[1] = slip_in_and_shut_down
+    job = Recorder()
+    assert Outcome.RAN == ex.run(job)
+    assert 1 == job.runs
+    assert 1 == ex.pending()
+    assert 1 == backend.probes
+    assert "cycle gate closed; deferring queued demand (1 pending)" == messages(caplog)[-1]
+
+
+def test_rerun_cap_counts_handoffs(directory: str) -> None:
+    """Reruns after handoffs count toward the same cap of 8 per call."""
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    for ordinal in range(1, 20):
+        backend.before_release[ordinal] = lambda: Exclusive(directory).run(lambda: None)
+    job = Recorder()
+    assert Outcome.RAN_QUEUED == ex.run(job)
+    assert 9 == job.runs
+    assert 1 == ex.pending()
+
+
+def test_keyboard_interrupt_propagates_after_release(directory: str) -> None:
+    """KeyboardInterrupt in the job propagates at once, the lock released, demand kept."""
+    other = Exclusive(directory)
+
+    def job() -> None:
+        other.run(lambda: None)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Exclusive(directory).run(job)
+    assert lock_is_free(directory)
+    assert 1 == other.pending()
+
+
+def test_system_exit_in_a_rerun_propagates_after_release(directory: str) -> None:
+    """SystemExit from a rerun propagates at once, without further reruns."""
+    other = Exclusive(directory)
+    runs = 0
+
+    def job() -> None:
+        nonlocal runs
+        runs += 1
+        other.run(lambda: None)
+        if runs == 2:
+            raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        Exclusive(directory).run(job)
+    assert 2 == runs
+    assert lock_is_free(directory)
+
+
+def test_missing_directory_is_an_error_with_outcome_none(tmp_path: Path) -> None:
+    """A directory that does not exist: CoordinationError (an OSError), outcome none."""
+    missing = tmp_path / "missing"
+    for call in (Exclusive(missing).run, Exclusive(missing).run_or_skip):
+        with pytest.raises(CoordinationError) as caught:
+            call(Recorder())
+        assert isinstance(caught.value, OSError)
+        assert Outcome.NONE == caught.value.outcome
+        assert errno.ENOENT == caught.value.errno
+        assert str(missing / "cycle.lock") == caught.value.filename
+    with pytest.raises(CoordinationError):
+        Exclusive(missing).pending()
+    assert not missing.exists()
+
+
+def test_unusable_counter_stops_a_fresh_run(directory: str) -> None:
+    """A counter that cannot be settled before the first run: nothing runs, outcome none."""
+    Path(directory, "cycle.queued").mkdir()
+    job = Recorder()
+    with pytest.raises(CoordinationError) as caught:
+        Exclusive(directory).run(job)
+    assert Outcome.NONE == caught.value.outcome
+    assert errno.EISDIR == caught.value.errno
+    assert 0 == job.runs
+    assert lock_is_free(directory)
+
+
+def test_unusable_counter_when_busy_is_outcome_none(
+    directory: str, hold: Callable[[], Lock]
+) -> None:
+    """A request that cannot be recorded is not queued: outcome none."""
+    hold()
+    Path(directory, "cycle.queued").mkdir()
+    with pytest.raises(CoordinationError) as caught:
+        Exclusive(directory).run(Recorder())
+    assert Outcome.NONE == caught.value.outcome
+
+
+def test_reprobe_counter_failure_is_queued(directory: str, hold: Callable[[], Lock]) -> None:
+    """After a re-probe, failing to take the own entry: nothing runs, outcome queued."""
+    holder = hold()
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    backend.after_probe[1] = holder.unlock
+    backend.fail_counter[2] = OSError(errno.EIO, "counter failed")
+    job = Recorder()
+    with pytest.raises(CoordinationError) as caught:
+        ex.run(job)
+    assert Outcome.QUEUED == caught.value.outcome
+    assert 0 == job.runs
+    assert lock_is_free(directory)
+
+
+def test_holder_side_failure_is_kept_with_the_runs(directory: str) -> None:
+    """A counter failure after the run: RunError with outcome ran and the OSError."""
+    ex = Exclusive(directory)
+    failure = OSError(errno.EIO, "counter failed")
+    hooked(ex).fail_counter[2] = failure  # the first look after the run
+    job = Recorder()
+    with pytest.raises(RunError) as caught:
+        ex.run(job)
+    assert (Outcome.RAN, (failure,)) == (caught.value.outcome, caught.value.exceptions)
+    assert 1 == job.runs
+    assert lock_is_free(directory)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"\n", b"garbage\n", b"-3\n", b"1", b"99999999999999999999999\n", b"\x00\xff"]
+)
+def test_unreadable_counter_reads_as_zero(directory: str, content: bytes) -> None:
+    """Torn, empty, negative, huge or garbage counter content counts as zero, never fails."""
+    Path(directory, "cycle.queued").write_bytes(content)
+    ex = Exclusive(directory)
+    expected = 1 if content == b"1" else 0
+    assert expected == ex.pending()
+    assert Outcome.RAN == ex.run(lambda: None)
+    assert 0 == ex.pending()
+
+
+def test_garbage_counter_when_busy_queues_one(directory: str, hold: Callable[[], Lock]) -> None:
+    """A request over garbage content records "1\\n", the Go library's format."""
+    hold()
+    Path(directory, "cycle.queued").write_bytes(b"torn-garb")
+    assert Outcome.QUEUED == Exclusive(directory).run(lambda: None)
+    assert b"1\n" == read_counter_file(directory)
+
+
+def test_garbage_holder_line_does_not_matter(directory: str) -> None:
+    """A torn or garbage holder line never hinders a run, and is replaced by a fresh one."""
+    Path(directory, "cycle.lock").write_bytes(b"\x00\x00 torn 2026-13-")
+    assert Outcome.RAN == Exclusive(directory).run(lambda: None)
+    line = Path(directory, "cycle.lock").read_bytes()
+    assert line.endswith(b"Z\n")
+    assert 1 == line.count(b"\n")
+
+
+def test_no_descriptor_leaks(directory: str, hold: Callable[[], Lock]) -> None:
+    """Every path (ran, reruns, queued, discarded, skipped, errors) closes what it opens."""
+    before = sorted(os.listdir("/proc/self/fd"))
+    ex = Exclusive(directory)
+    other = Exclusive(directory)
+    ex.run(lambda: other.run(lambda: None))
+    with pytest.raises(RunError):
+        ex.run(lambda: 1 / 0)
+    holder = hold()
+    ex.run(lambda: None)
+    ex.run(lambda: None)
+    ex.run_or_skip(lambda: None)
+    holder.unlock()
+    assert before == sorted(os.listdir("/proc/self/fd"))
