@@ -140,6 +140,14 @@ def test_format_parse_round_trip(ns: int) -> None:
     assert as_datetime(ns) == parse_holder(line)
 
 
+@given(NANOS, st.lists(st.integers(min_value=0, max_value=10**9 - 1), min_size=1, max_size=5))
+def test_same_second_lines(ns: int, fractions: list[int]) -> None:
+    """Lines formatted within one second (the cached date part) stay exact."""
+    base = ns - ns % 10**9
+    for fraction in [*fractions, 0, *fractions]:
+        assert go_format(base + fraction) + b"\n" == format_holder_line(base + fraction)
+
+
 @given(
     st.integers(min_value=86_400 * 10**9, max_value=253_402_214_400 * 10**9),  # a day's margin
     st.integers(min_value=-(23 * 60 + 59), max_value=23 * 60 + 59),

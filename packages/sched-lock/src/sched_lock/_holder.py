@@ -27,6 +27,12 @@ _NS = 1_000_000_000
 _READ_LIMIT = 64 * 1024
 
 
+# The last second formatted and its "YYYY-MM-DDTHH:MM:SS" text: a lock taken
+# again within the same second skips gmtime and the date formatting. One
+# tuple, replaced whole, so threads never see a half-updated pair.
+_last_second: list[tuple[int, bytes]] = [(-1, b"")]
+
+
 def format_holder_line(ns: int) -> bytes:
     """Format ``ns`` nanoseconds since the epoch as Go's ``RFC3339Nano`` line.
 
@@ -37,10 +43,13 @@ def format_holder_line(ns: int) -> bytes:
         ASCII bytes such as ``b"2026-12-02T12:00:00.5Z\\n"``.
     """
     seconds, fraction = divmod(ns, _NS)
-    line = b"%04d-%02d-%02dT%02d:%02d:%02d" % time.gmtime(seconds)[:6]
+    cached_second, prefix = _last_second[0]
+    if cached_second != seconds:
+        prefix = b"%04d-%02d-%02dT%02d:%02d:%02d" % time.gmtime(seconds)[:6]
+        _last_second[0] = (seconds, prefix)
     if fraction:
-        return line + (b".%09d" % fraction).rstrip(b"0") + b"Z\n"
-    return line + b"Z\n"
+        return b"%s.%sZ\n" % (prefix, (b"%09d" % fraction).rstrip(b"0"))
+    return prefix + b"Z\n"
 
 
 def _number(text: bytes, start: int, end: int, low: int, high: int) -> int:
