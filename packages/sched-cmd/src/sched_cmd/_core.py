@@ -92,6 +92,7 @@ class Options:
         "kill_group",
         "logger",
         "popen_kwargs",
+        "text_mode",
         "timeout",
     )
 
@@ -127,6 +128,8 @@ class Options:
                 raise ValueError("stdout and stderr arguments may not be used with capture_output.")
             kwargs["stdout"] = subprocess.PIPE
             kwargs["stderr"] = subprocess.PIPE
+        if isinstance(input, str) and not any(kwargs.get(key) for key in _TEXT_KEYS):
+            raise TypeError("input must be bytes-like unless the run is in text mode, not str")
         if kill_group and not kwargs.get("start_new_session"):
             group = kwargs.get("process_group")
             if group not in (None, 0):
@@ -136,11 +139,11 @@ class Options:
                 )
             kwargs["process_group"] = 0
         self.popen_kwargs = kwargs
+        self.text_mode = any(kwargs.get(key) for key in _TEXT_KEYS)
 
     def not_started(self) -> Outcome:
         """The outcome of a run whose stop was requested before the child started."""
-        text = any(self.popen_kwargs.get(key) for key in _TEXT_KEYS)
-        empty: str | bytes = "" if text else b""
+        empty: str | bytes = "" if self.text_mode else b""
         piped = subprocess.PIPE
         return Outcome(
             self.args,
@@ -210,25 +213,31 @@ def execute(options: Options, wakeup: Wakeup) -> Outcome:
     if wakeup.stop_requested or wakeup.kill_requested:
         return options.not_started()
     proc = subprocess.Popen(options.args, **options.popen_kwargs)
+    child: Child | None = None
     try:
         child = Child(proc, kill_group=options.kill_group)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        _close_pipes(proc)
-        raise
-    try:
         with selectors.DefaultSelector() as selector:
             session = _Session(options, proc, child, selector, wakeup)
-            try:
-                session.wait()
-            except BaseException:
-                session.abort()
-                raise
+            session.wait()
             return session.outcome()
+    except BaseException:
+        _abort(proc, child)
+        raise
     finally:
-        child.close()
+        if child is not None:
+            child.close()
         _close_pipes(proc)
+
+
+def _abort(proc: subprocess.Popen[Any], child: Child | None) -> None:
+    """On an unexpected exception (``KeyboardInterrupt``...): SIGKILL the child, reap it."""
+    if child is None:
+        proc.kill()
+    else:
+        child.send(signal.SIGKILL)
+    proc.wait()
+    if child is not None and child.group_alive():
+        child.send(signal.SIGKILL)
 
 
 def _close_pipes(proc: subprocess.Popen[Any]) -> None:
@@ -285,11 +294,8 @@ class _Session:
         if data is None:
             self._close_stdin()
             return
-        if isinstance(data, str):
-            encoding = getattr(stdin, "encoding", None)
-            if encoding is None:
-                raise TypeError("input must be bytes-like unless the run is in text mode, not str")
-            data = data.encode(encoding, stdin.errors)
+        if isinstance(data, str):  # text mode (checked by Options): Popen chose the codec
+            data = data.encode(stdin.encoding, stdin.errors)
         view = memoryview(data).cast("B")
         if not view:
             self._close_stdin()
@@ -304,7 +310,10 @@ class _Session:
         """Run until the child is reaped, its pipes closed or cut, its group swept."""
         while not self._finished():
             events = self.selector.select(self._select_timeout())
+            registered = self.selector.get_map()
             for key, _mask in events:
+                if key.fd not in registered:
+                    continue  # an earlier event of this batch closed it (exit, cut)
                 if key.data == "output":
                     self._read(key.fd)
                 elif key.data == "input":
@@ -488,14 +497,6 @@ class _Session:
             stdin.close()
 
     # -- endings ----------------------------------------------------------
-
-    def abort(self) -> None:
-        """On an unexpected exception: SIGKILL the child (or group) and reap it."""
-        self.child.send(signal.SIGKILL)
-        if self.returncode is None:
-            self.returncode = self.proc.wait()
-        if self.options.kill_group and self.child.group_alive():
-            self.child.send(signal.SIGKILL)
 
     def outcome(self) -> Outcome:
         """Decode the captured output the way ``subprocess.run`` does."""

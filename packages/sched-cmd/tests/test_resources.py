@@ -1,0 +1,127 @@
+"""Descriptors, threads and children are released on every path, pidfd or not."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+import pytest
+from sched_cmd_testkit import (
+    SLEEP,
+    TERM_EXITS,
+    TERM_IGNORED,
+    child,
+    on_ready,
+    open_fds,
+    process_state,
+    report,
+)
+
+import sched_cmd._child
+from sched_cmd import run
+
+READY = 'say(f"ready {os.getpid()}")\n'
+
+
+@pytest.fixture(params=["pidfd", "waiter-thread"])
+def exit_notification(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with pidfds (Linux) and with the waiter-thread fallback (macOS)."""
+    if request.param == "waiter-thread":
+        monkeypatch.setattr(sched_cmd._child, "_HAVE_PIDFD", False)
+    elif not sched_cmd._child._HAVE_PIDFD:
+        pytest.skip("no pidfd on this platform")
+    return str(request.param)
+
+
+class _Interrupted(Exception):
+    """Raised by the test's SIGUSR1 handler in the main thread."""
+
+
+@pytest.fixture
+def sigusr1_interrupts() -> Iterator[None]:
+    """While active, SIGUSR1 raises _Interrupted in the main thread (like Ctrl-C would)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _every_path() -> None:
+    run(["true"])
+    run(["sh", "-c", "echo out; echo err >&2"], capture_output=True, input=b"x" * 100_000)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run(["sleep", "60"], timeout=0.05, capture_output=True)
+    with pytest.raises(FileNotFoundError):
+        run(["/nonexistent/sched-cmd-test-program"], capture_output=True)
+    with pytest.raises(UnicodeDecodeError):
+        run(["printf", "\\377"], capture_output=True, encoding="utf-8")
+    with report() as pipe:
+        stop = threading.Event()
+        on_ready(pipe, lambda _pid: stop.set())
+        run(
+            child(pipe, TERM_IGNORED, READY, SLEEP),
+            stop=stop,
+            grace=0.05,
+            kill_group=True,
+            capture_output=True,
+            pass_fds=[pipe.write_fd],
+        )
+
+
+def test_no_descriptor_leaks_on_any_path(exit_notification: str) -> None:
+    """Normal, piped, timed out, failed to start, undecodable and killed runs leak no fd."""
+    _every_path()  # warm up lazily created descriptors (logging, selectors)
+    before = open_fds()
+    _every_path()
+    assert before == open_fds()
+
+
+def test_stop_reaches_the_child_with_either_exit_notification(exit_notification: str) -> None:
+    """SIGTERM then reap works with a pidfd and with the waiter-thread fallback."""
+    with report() as pipe:
+        stop = threading.Event()
+        on_ready(pipe, lambda _pid: stop.set())
+        result = run(child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, pass_fds=[pipe.write_fd])
+        assert ["got SIGTERM"] == pipe.rest()
+    assert -signal.SIGTERM == result.returncode
+
+
+def test_an_exception_while_waiting_kills_and_reaps_the_child(sigusr1_interrupts: None) -> None:
+    """An exception raised in the waiting thread (a signal handler's) SIGKILLs and reaps first."""
+    with report() as pipe:
+        pids: list[int] = []
+
+        def interrupt(pid: int) -> None:
+            pids.append(pid)
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+        on_ready(pipe, interrupt)
+        with pytest.raises(_Interrupted):
+            run(child(pipe, TERM_IGNORED, READY, SLEEP), pass_fds=[pipe.write_fd], grace=3600)
+        assert [] == pipe.rest()  # SIGKILL, never SIGTERM
+    assert process_state(pids[0]) is None
+
+
+def test_the_stop_watcher_thread_ends_once_the_event_is_set() -> None:
+    """The helper waiting on a stop event exits when it is set; runs share one helper."""
+
+    def watchers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "sched_cmd stop watcher"}
+
+    stop = threading.Event()
+    before = watchers()
+    run(["true"], stop=stop)
+    run(["true"], stop=stop)
+    (mine,) = watchers() - before
+    stop.set()
+    mine.join(30)
+    assert not mine.is_alive()
