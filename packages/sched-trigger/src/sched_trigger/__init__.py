@@ -1,0 +1,109 @@
+"""sched-trigger: the single-owner trigger broker.
+
+A daemon that owns every run serves a bounded FIFO `Queue` on an owner-only
+unix socket (`listen`, `Server`) and executes jobs one at a time (`execute`);
+trigger subcommands `submit` a request and wait for that run's own result.
+
+The client path (`submit`, `Event`, the errors, `DIAL_TIMEOUT`) imports no
+asyncio: the daemon side loads lazily on first use.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if sys.platform == "win32":  # pragma: no cover
+    raise ImportError("sched-trigger needs unix sockets (Linux or macOS); Windows is not supported")
+
+from ._client import DIAL_TIMEOUT as DIAL_TIMEOUT
+from ._client import submit as submit
+from ._errors import AlreadyServing as AlreadyServing
+from ._errors import ConnectionLost as ConnectionLost
+from ._errors import NotASocket as NotASocket
+from ._errors import QueueClosed as QueueClosed
+from ._errors import QueueFull as QueueFull
+from ._errors import SendFailed as SendFailed
+from ._errors import SubmitTimeout as SubmitTimeout
+from ._errors import TriggerError as TriggerError
+from ._errors import Unreachable as Unreachable
+from ._wire import EVENT_DONE as EVENT_DONE
+from ._wire import EVENT_QUEUED as EVENT_QUEUED
+from ._wire import EVENT_STARTED as EVENT_STARTED
+from ._wire import Event as Event
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._aclient import asubmit as asubmit
+    from ._broker import BrokerThread as BrokerThread
+    from ._broker import run_broker_in_thread as run_broker_in_thread
+    from ._execute import execute as execute
+    from ._job import CANCELLED_REASON as CANCELLED_REASON
+    from ._job import TRIGGER_EXTERNAL as TRIGGER_EXTERNAL
+    from ._job import Job as Job
+    from ._job import Outcome as Outcome
+    from ._listen import listen as listen
+    from ._queue import Queue as Queue
+    from ._server import Server as Server
+
+__all__ = [
+    "CANCELLED_REASON",
+    "DIAL_TIMEOUT",
+    "EVENT_DONE",
+    "EVENT_QUEUED",
+    "EVENT_STARTED",
+    "TRIGGER_EXTERNAL",
+    "AlreadyServing",
+    "BrokerThread",
+    "ConnectionLost",
+    "Event",
+    "Job",
+    "NotASocket",
+    "Outcome",
+    "Queue",
+    "QueueClosed",
+    "QueueFull",
+    "SendFailed",
+    "Server",
+    "SubmitTimeout",
+    "TriggerError",
+    "Unreachable",
+    "asubmit",
+    "execute",
+    "listen",
+    "run_broker_in_thread",
+    "submit",
+]
+
+# The daemon side loads on first use (PEP 562), so the client path stays light.
+_LAZY = {
+    "asubmit": "._aclient",
+    "BrokerThread": "._broker",
+    "run_broker_in_thread": "._broker",
+    "execute": "._execute",
+    "CANCELLED_REASON": "._job",
+    "TRIGGER_EXTERNAL": "._job",
+    "Job": "._job",
+    "Outcome": "._job",
+    "listen": "._listen",
+    "Queue": "._queue",
+    "Server": "._server",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is not None:
+        from importlib import import_module
+
+        value = getattr(import_module(module, __name__), name)
+        globals()[name] = value
+        return value
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("sched-trigger")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, "__version__"})

@@ -1,0 +1,190 @@
+"""The synchronous client a trigger subcommand wraps: `submit`.
+
+This module is the client's whole import path, together with ``_wire`` and
+``_errors``: it loads ``socket``, ``json`` and ``datetime`` and nothing heavier
+(no asyncio, no dataclasses, no typing), because a trigger subcommand that is
+``docker exec``'d every minute pays every import on every run.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from datetime import timedelta
+
+from ._errors import ConnectionLost, SendFailed, SubmitTimeout, Unreachable
+from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from os import PathLike
+
+    from ._durations import Duration
+
+__all__ = ["DIAL_TIMEOUT", "submit"]
+
+#: How long `submit` waits to connect, including a wait for room in a full accept backlog.
+DIAL_TIMEOUT = timedelta(seconds=5)
+_DIAL_SECONDS = DIAL_TIMEOUT.total_seconds()
+_RELAYED = (EVENT_QUEUED, EVENT_STARTED)
+# Connect failures that mean "nobody can take the request": no file, a stale
+# socket, a refused permission, a path that is not a socket.
+_RETRY_CONNECT = (errno.EAGAIN, errno.EWOULDBLOCK)
+
+
+def _timeout_seconds(timeout: Duration | None) -> float | None:
+    if timeout is None:
+        return None
+    # Only a caller that passes a timeout pays for the coercion module's imports.
+    from ._durations import to_seconds
+
+    return max(to_seconds(timeout, name="timeout"), 0.0)
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return deadline - time.monotonic()
+
+
+def connect(path: str, deadline: float | None) -> socket.socket:
+    """Connect to the daemon within `DIAL_TIMEOUT` (and *deadline*), or raise.
+
+    On Linux a blocking connect to a unix socket whose accept backlog is full
+    sleeps in the kernel until there is room, bounded by ``SO_SNDTIMEO``; a
+    connect refused with ``EAGAIN`` anyway is retried until the bound.
+
+    Raises:
+        Unreachable: the connect failed or did not finish in time.
+        SubmitTimeout: *deadline* passed first.
+    """
+    dial_deadline = time.monotonic() + _DIAL_SECONDS
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        delay = 0.001
+        while True:
+            now = time.monotonic()
+            limit = dial_deadline if deadline is None else min(dial_deadline, deadline)
+            budget = limit - now
+            if budget <= 0:
+                if deadline is not None and deadline <= dial_deadline:
+                    raise SubmitTimeout(f"timed out connecting to {path}")
+                raise Unreachable(errno.ETIMEDOUT, "timed out connecting", path)
+            sock.settimeout(budget)
+            try:
+                sock.connect(path)
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                if exc.errno in _RETRY_CONNECT:
+                    time.sleep(min(delay, max(budget, 0)))
+                    delay = min(delay * 2, 0.05)
+                    continue
+                raise Unreachable(
+                    exc.errno, exc.strerror or "cannot connect", path
+                ) from exc
+            return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def submit(
+    socket_path: str | PathLike[str],
+    payload: object,
+    on_event: Callable[[Event], object] | None = None,
+    *,
+    timeout: Duration | None = None,
+) -> Event:
+    """Submit one run to the daemon on *socket_path* and wait for its own result.
+
+    The payload is sent as one compact JSON line; the call then blocks for the
+    whole queue wait and run, relaying ``queued`` and ``started`` to *on_event*
+    and returning the final ``done`` event. Event kinds it does not know are
+    ignored. Whatever ends the wait early (a timeout, Ctrl-C, an exception in
+    *on_event*) closes the connection, so the daemon sees the client leave.
+
+    Args:
+        socket_path: the daemon's unix socket.
+        payload: a dataclass instance, or anything ``json`` serializes; ``{}``
+            for an argless daemon.
+        on_event: called with each ``queued`` and ``started`` event; an
+            exception it raises closes the connection and propagates.
+        timeout: bound on the whole exchange (a ``timedelta`` or seconds);
+            ``None`` waits as long as the run takes. The connect is bounded by
+            `DIAL_TIMEOUT` either way.
+
+    Returns:
+        The ``done`` event: ``ok`` false with the queue's message as ``reason``
+        when the daemon rejected the request.
+
+    Raises:
+        Unreachable: the socket could not be connected to.
+        SendFailed: the request could not be sent.
+        ConnectionLost: the connection ended, or carried garbage, before ``done``.
+        SubmitTimeout: *timeout* elapsed first.
+        TypeError: the payload is not serializable.
+        ValueError: the payload holds NaN or an infinity, or *timeout* is invalid.
+    """
+    data = encode_payload(payload)
+    seconds = _timeout_seconds(timeout)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    path = str(socket_path) if not isinstance(socket_path, str) else socket_path
+    sock = connect(path, deadline)
+    try:
+        sock.settimeout(_remaining(deadline))
+        try:
+            sock.sendall(data)
+        except TimeoutError:
+            raise SubmitTimeout(f"timed out sending the request to {path}") from None
+        except OSError as exc:
+            raise SendFailed(exc.errno, exc.strerror or "cannot send", path) from exc
+        return _read_events(sock, path, deadline, on_event)
+    finally:
+        sock.close()
+
+
+def _read_events(
+    sock: socket.socket,
+    path: str,
+    deadline: float | None,
+    on_event: Callable[[Event], object] | None,
+) -> Event:
+    buffer = b""
+    while True:
+        newline = buffer.find(b"\n")
+        if newline < 0:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SubmitTimeout(f"timed out waiting for the run's result from {path}")
+                sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                raise SubmitTimeout(
+                    f"timed out waiting for the run's result from {path}"
+                ) from None
+            except OSError as exc:
+                raise ConnectionLost(
+                    exc.errno, exc.strerror or "connection lost", path
+                ) from exc
+            if not chunk:
+                raise ConnectionLost(
+                    errno.ECONNRESET, "connection closed before the run's result", path
+                )
+            buffer += chunk
+            continue
+        line, buffer = buffer[:newline], buffer[newline + 1 :]
+        if not line.strip():
+            continue
+        try:
+            event = Event.decode(line)
+        except ValueError as exc:
+            raise ConnectionLost(errno.EPROTO, str(exc), path) from None
+        if event.kind == EVENT_DONE:
+            return event
+        if on_event is not None and event.kind in _RELAYED:
+            on_event(event)

@@ -1,0 +1,383 @@
+"""The socket server that feeds the queue and streams each request's events: `Server`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, cast, final
+
+from ._durations import Duration, to_seconds
+from ._errors import QueueClosed, QueueFull
+from ._job import TRIGGER_EXTERNAL, Job
+from ._listen import DEFAULT_BACKLOG, unlink_if_ours
+from ._queue import Queue
+from ._request import RequestReader, Undecodable, dataclass_decoder
+from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, encode_event
+
+__all__ = ["UNDECODABLE_REASON", "Server"]
+
+P = TypeVar("P")
+
+#: The ``done`` reason for a request that is not one JSON value within the cap.
+UNDECODABLE_REASON = "undecodable request"
+
+_LOGGER = logging.getLogger("sched_trigger")
+_QUEUED = encode_event(EVENT_QUEUED, False)
+_STARTED = encode_event(EVENT_STARTED, False)
+_UNDECODABLE = encode_event(EVENT_DONE, False, UNDECODABLE_REASON)
+
+_READING, _WAITING, _FINISHED = 0, 1, 2
+
+
+@final
+class Server(Generic[P]):
+    """Accept trigger requests on a listening unix socket and stream their events back.
+
+    One request per connection: the server decodes one JSON value as soon as
+    it has arrived (no trailing newline needed) into *payload_type* (a
+    dataclass: unknown fields are ignored, missing ones take their defaults),
+    or through *decode*, or leaves it as the parsed JSON; it submits a `Job`
+    with trigger `TRIGGER_EXTERNAL` to *queue* and answers:
+
+    * accepted: ``queued``, then ``started`` when the run begins, then exactly
+      one ``done`` carrying ``ok``, ``duration_ms`` and ``reason``;
+    * rejected: ``done`` with ``ok`` false and the queue's message
+      (``run queue is full``, ``scheduler is shutting down``);
+    * undecodable, oversized or too slow: ``done`` with ``ok`` false and
+      ``undecodable request``.
+
+    Without hooks the server logs ``triggered run queued`` (info) and
+    ``trigger request rejected: <reason>`` (warning); it never logs a payload.
+    Hooks run on the event loop and replace those lines.
+
+    Shutdown order: `close` (stop accepting), ``queue.close()``, await the
+    executor, then await `wait`.
+
+    Args:
+        queue: where accepted requests go.
+        payload_type: a dataclass type to decode requests into.
+        decode: a callable from the parsed JSON to the payload (an exception
+            makes the request undecodable); exclusive with *payload_type*.
+        on_accepted: ``on_accepted(payload)`` for each accepted request.
+        on_rejected: ``on_rejected(payload, error)`` for each rejected one.
+        read_timeout: bound on reading the request (default 30 s).
+        write_timeout: bound on each event write (default 10 s).
+        max_request_size: the request size cap in bytes (default 8 MiB).
+        backlog: the accept backlog.
+        logger: where the default lines go (default ``sched_trigger``).
+
+    Raises:
+        ValueError: both *payload_type* and *decode*, or a bad bound.
+        TypeError: *payload_type* is not a dataclass type.
+    """
+
+    def __init__(
+        self,
+        queue: Queue[P],
+        *,
+        payload_type: type[P] | None = None,
+        decode: Callable[[Any], P] | None = None,
+        on_accepted: Callable[[P], object] | None = None,
+        on_rejected: Callable[[P, Exception], object] | None = None,
+        read_timeout: Duration = 30,
+        write_timeout: Duration = 10,
+        max_request_size: int = 8 * 1024 * 1024,
+        backlog: int = DEFAULT_BACKLOG,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if payload_type is not None and decode is not None:
+            raise ValueError("pass payload_type or decode, not both")
+        if payload_type is not None:
+            decode = dataclass_decoder(payload_type)
+        if max_request_size < 1:
+            raise ValueError(f"max_request_size must be positive, got {max_request_size}")
+        self.queue = queue
+        self._decode = decode
+        self._on_accepted = on_accepted
+        self._on_rejected = on_rejected
+        self._read_timeout = to_seconds(read_timeout, name="read_timeout")
+        self._write_timeout = to_seconds(write_timeout, name="write_timeout")
+        self._max_request_size = max_request_size
+        self._backlog = backlog
+        self._logger = logger if logger is not None else _LOGGER
+        self._aserver: asyncio.Server | None = None
+        self._sock: socket.socket | None = None
+        self._socket_file: tuple[str, tuple[int, int]] | None = None
+        self._active = 0
+        self._closing = False
+        self._closed_event: asyncio.Event | None = None
+        self._idle_event: asyncio.Event | None = None
+
+    async def serve(self, sock: socket.socket) -> None:
+        """Serve *sock* (from `listen`) until `close` is called.
+
+        Returns once the server stops accepting; requests in progress go on
+        (see `wait`). If the task running `serve` is cancelled, the server closes.
+
+        Raises:
+            RuntimeError: the server is already serving.
+        """
+        if self._sock is not None:
+            raise RuntimeError("the server is already serving")
+        self._sock = sock
+        self._events()
+        address = sock.getsockname()
+        if isinstance(address, str) and address and not address.startswith("\0"):
+            try:
+                info = os.lstat(address)
+            except OSError:
+                pass
+            else:
+                self._socket_file = (address, (info.st_dev, info.st_ino))
+        if self._closing:
+            self._close_socket()
+            return
+        loop = asyncio.get_running_loop()
+        self._aserver = await loop.create_unix_server(
+            lambda: _Connection(self), sock=sock, backlog=self._backlog
+        )
+        assert self._closed_event is not None
+        try:
+            await self._closed_event.wait()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop accepting and remove the socket file; returns at once. Idempotent.
+
+        Call it on the server's event loop thread.
+        """
+        self._closing = True
+        if self._aserver is not None:
+            self._aserver.close()
+        self._close_socket()
+        closed, idle = self._events()
+        closed.set()
+        if self._active == 0:
+            idle.set()
+
+    async def wait(self) -> None:
+        """Wait until the server is closed and every request has its final event on the wire."""
+        closed, idle = self._events()
+        await closed.wait()
+        await idle.wait()
+
+    def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
+        if self._closed_event is None or self._idle_event is None:
+            self._closed_event = asyncio.Event()
+            self._idle_event = asyncio.Event()
+        return self._closed_event, self._idle_event
+
+    def _close_socket(self) -> None:
+        if self._socket_file is not None:
+            unlink_if_ours(*self._socket_file)
+            self._socket_file = None
+        if self._sock is not None:
+            self._sock.close()
+
+    def _opened(self) -> None:
+        self._active += 1
+        if self._idle_event is not None:
+            self._idle_event.clear()
+
+    def _released(self) -> None:
+        self._active -= 1
+        if self._active == 0 and self._closing:
+            self._events()[1].set()
+
+    def _hook(self, hook: Callable[..., object], *args: object) -> None:
+        try:
+            hook(*args)
+        except Exception:
+            self._logger.exception("trigger server hook %s failed", getattr(hook, "__name__", hook))
+
+    def _accepted(self, payload: P) -> None:
+        if self._on_accepted is not None:
+            self._hook(self._on_accepted, payload)
+        else:
+            self._logger.info(
+                "triggered run queued",
+                extra={"sched_trigger": TRIGGER_EXTERNAL, "sched_queue_depth": len(self.queue)},
+            )
+
+    def _rejected(self, payload: P, error: Exception) -> None:
+        if self._on_rejected is not None:
+            self._hook(self._on_rejected, payload, error)
+        else:
+            self._logger.warning(
+                "trigger request rejected: %s",
+                error,
+                extra={"sched_trigger": TRIGGER_EXTERNAL, "sched_reason": str(error)},
+            )
+
+    def _undecodable(self, error: Exception) -> None:
+        self._logger.warning(
+            "trigger request rejected: %s (%s)",
+            UNDECODABLE_REASON,
+            error,
+            extra={"sched_trigger": TRIGGER_EXTERNAL, "sched_reason": UNDECODABLE_REASON},
+        )
+
+
+@final
+class _Connection(asyncio.Protocol):
+    """One client: read one request, then stream its events; never strands the client."""
+
+    __slots__ = (
+        "_job",
+        "_lost",
+        "_reader",
+        "_read_timer",
+        "_sent_started",
+        "_server",
+        "_state",
+        "_thread",
+        "_transport",
+        "_write_timer",
+        "loop",
+    )
+
+    def __init__(self, server: Server[Any]) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._reader = RequestReader(server._max_request_size)
+        self._state = _READING
+        self._job: Job[Any] | None = None
+        self._sent_started = False
+        self._lost = False
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self._server._opened()
+        self._read_timer = self.loop.call_later(self._server._read_timeout, self._read_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        if self._state != _READING:
+            return  # one request per connection: the rest is ignored
+        try:
+            done, value = self._reader.feed(data)
+        except Undecodable as exc:
+            self._fail(exc)
+            return
+        if done:
+            self._request(value)
+
+    def eof_received(self) -> bool:
+        if self._state == _READING:
+            try:
+                value = self._reader.feed_eof()
+            except Undecodable as exc:
+                self._fail(exc)
+            else:
+                self._request(value)
+        return True  # a half-closed client still reads its events
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._cancel_timers()
+        if self._state != _WAITING:
+            self._state = _FINISHED
+            self._server._released()
+        # else: the accepted job is still pending; _advance releases once it finishes.
+
+    def _cancel_timers(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _read_timed_out(self) -> None:
+        self._read_timer = None
+        if self._state == _READING:
+            self._fail(Undecodable("request read timed out"))
+
+    def _fail(self, error: Exception) -> None:
+        self._state = _FINISHED
+        self._server._undecodable(error)
+        self._write(_UNDECODABLE)
+        self._close()
+
+    def _request(self, value: Any) -> None:
+        server = self._server
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        decode = server._decode
+        if decode is not None:
+            try:
+                payload = decode(value)
+            except Exception as exc:
+                self._fail(exc)
+                return
+        else:
+            payload = value
+        job: Job[Any] = Job(TRIGGER_EXTERNAL, payload)
+        try:
+            server.queue.submit(job)
+        except (QueueFull, QueueClosed) as exc:
+            self._state = _FINISHED
+            server._rejected(payload, exc)
+            self._write(encode_event(EVENT_DONE, False, str(exc)))
+            self._close()
+            return
+        self._state = _WAITING
+        self._job = job
+        server._accepted(payload)
+        self._write(_QUEUED)
+        job._subscribe(self._job_changed)
+
+    def _job_changed(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._advance()
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._advance)
+        except RuntimeError:  # the loop is closed: the connection died with it
+            pass
+
+    def _advance(self) -> None:
+        job = self._job
+        if job is None or self._state != _WAITING:
+            return
+        if job.started and not self._sent_started:
+            self._sent_started = True
+            self._write(_STARTED)
+        outcome = job.outcome
+        if outcome is None:
+            return
+        self._state = _FINISHED
+        self._write(encode_event(EVENT_DONE, outcome.ok, outcome.reason, outcome.duration_ms))
+        if self._lost:
+            self._server._released()
+        else:
+            self._close()
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(data)
+        if self._write_timer is None and transport.get_write_buffer_size():
+            self._write_timer = self.loop.call_later(
+                self._server._write_timeout, self._write_timed_out
+            )
+
+    def _write_timed_out(self) -> None:
+        self._write_timer = None
+        transport = self._transport
+        if transport is not None and transport.get_write_buffer_size():
+            transport.abort()
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()

@@ -1,0 +1,250 @@
+"""The wire protocol, byte for byte as the Go library's ``encoding/json`` writes it.
+
+One compact JSON object per line. The client sends its payload as one line; the
+server answers with `Event` lines whose keys come in the order ``event``,
+``reason``, ``duration_ms``, ``ok``: ``reason`` is omitted when empty,
+``duration_ms`` when zero, ``ok`` is always present. Strings are escaped as Go
+escapes them: ``<``, ``>``, ``&``, U+2028 and U+2029 as ``\\u`` escapes, the
+other control characters as Python's ``json`` does (Go 1.22 and later agree on
+``\\b``, ``\\f``, ``\\n``, ``\\r``, ``\\t`` and ``\\u00XX``), every other
+non-ASCII character as raw UTF-8. A lone surrogate, which has no UTF-8 form (it
+stands for an undecodable byte), is written as ``\\ufffd``, as Go writes each
+invalid UTF-8 byte.
+
+This module is on the client's import path: it imports only ``json`` and ``re``
+(which ``json`` loads anyway).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from json.encoder import encode_basestring as _quote
+
+from ._errors import final
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datetime import timedelta
+    from typing import Any
+
+__all__ = [
+    "EVENT_DONE",
+    "EVENT_QUEUED",
+    "EVENT_STARTED",
+    "Event",
+    "encode_event",
+    "encode_payload",
+    "go_quote",
+]
+
+#: The request was accepted and waits in the queue.
+EVENT_QUEUED = "queued"
+#: The request's run has begun.
+EVENT_STARTED = "started"
+#: The request's final result; always the last event on a connection.
+EVENT_DONE = "done"
+
+_GO_SPECIAL = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
+_GO_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+def _go_escape(match: re.Match[str]) -> str:
+    return _GO_ESCAPES.get(match.group(), "\\ufffd")
+
+
+def _go_fix(text: str) -> str:
+    """Apply Go's extra escapes to JSON text produced with ``ensure_ascii=False``."""
+    if _GO_SPECIAL.search(text) is None:
+        return text
+    return _GO_SPECIAL.sub(_go_escape, text)
+
+
+def go_quote(value: str) -> str:
+    """Return *value* as a JSON string literal, escaped exactly as Go's encoder does.
+
+    Args:
+        value: any string, lone surrogates included.
+
+    Returns:
+        The quoted literal, which always encodes to valid UTF-8.
+    """
+    return _go_fix(_quote(value))
+
+
+def _field(obj: dict[str, Any], name: str, zero: object) -> Any:
+    """Look *name* up the way Go's decoder matches a struct field.
+
+    An exact key wins, else the last case-insensitive match; ``null`` leaves the
+    zero value.
+    """
+    value = obj.get(name)
+    if value is None and name not in obj:
+        folded = name.casefold()
+        for key, candidate in obj.items():
+            if key.casefold() == folded:
+                value = candidate
+    return zero if value is None else value
+
+
+def _default(value: object) -> object:
+    """Serialize a dataclass instance as an object of its fields, in field order."""
+    fields = getattr(type(value), "__dataclass_fields__", None)
+    if fields is not None and not isinstance(value, type):
+        # The caller built a dataclass, so the module is loaded already: no import cost.
+        import dataclasses
+
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}  # type: ignore[arg-type]
+    raise TypeError(
+        f"trigger payload of type {type(value).__name__} is not JSON serializable "
+        "(use a dataclass, dict, list, str, int, float, bool or None)"
+    )
+
+
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_default
+)
+
+
+def encode_payload(payload: object) -> bytes:
+    """Encode a request payload as one compact JSON line, the way Go's client frames it.
+
+    Args:
+        payload: a dataclass instance (its fields, in order, recursively), or
+            anything ``json`` serializes (``dict``, ``list``, ``str``, numbers,
+            ``bool``, ``None``). An argless daemon takes ``{}``.
+
+    Returns:
+        The line, newline-terminated, as UTF-8 bytes.
+
+    Raises:
+        TypeError: a value is not serializable.
+        ValueError: a float is NaN or infinite (Go rejects them too), or a
+            container refers to itself.
+    """
+    return (_go_fix(_ENCODER.encode(payload)) + "\n").encode()
+
+
+def encode_event(kind: str, ok: bool, reason: str = "", duration_ms: int = 0) -> bytes:
+    """Encode one event line exactly as Go's ``json.Encoder`` writes the Event struct.
+
+    Args:
+        kind: ``queued``, ``started`` or ``done``.
+        ok: the run's success (always written).
+        reason: omitted when empty.
+        duration_ms: whole milliseconds; omitted when zero.
+
+    Returns:
+        The newline-terminated UTF-8 line.
+    """
+    parts = ['{"event":', go_quote(kind)]
+    if reason:
+        parts.append(',"reason":')
+        parts.append(go_quote(reason))
+    if duration_ms:
+        parts.append(f',"duration_ms":{int(duration_ms)}')
+    parts.append(',"ok":true}\n' if ok else ',"ok":false}\n')
+    return "".join(parts).encode()
+
+
+@final
+class Event:
+    """One line the daemon streams back: ``queued``, ``started`` or the final ``done``.
+
+    A frozen value type. ``kind`` is the event name, ``ok`` and ``reason`` are
+    the run's result (meaningful on ``done``; an ok run may carry a reason too),
+    ``duration_ms`` the run's whole milliseconds, truncated.
+    """
+
+    __slots__ = ("duration_ms", "kind", "ok", "reason")
+    __match_args__ = ("kind", "reason", "duration_ms", "ok")
+
+    kind: str
+    reason: str
+    duration_ms: int
+    ok: bool
+
+    def __init__(self, kind: str, reason: str = "", duration_ms: int = 0, ok: bool = False) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "duration_ms", duration_ms)
+        object.__setattr__(self, "ok", ok)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Event is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Event is immutable; cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return (
+            f"Event(kind={self.kind!r}, reason={self.reason!r}, "
+            f"duration_ms={self.duration_ms!r}, ok={self.ok!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.kind, self.reason, self.duration_ms, self.ok) == (
+            other.kind,
+            other.reason,
+            other.duration_ms,
+            other.ok,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.reason, self.duration_ms, self.ok))
+
+    def __reduce__(self) -> tuple[type[Event], tuple[str, str, int, bool]]:
+        return (Event, (self.kind, self.reason, self.duration_ms, self.ok))
+
+    @property
+    def duration(self) -> timedelta:
+        """The run's duration as a ``timedelta`` (whole milliseconds)."""
+        from datetime import timedelta
+
+        return timedelta(milliseconds=self.duration_ms)
+
+    def encode(self) -> bytes:
+        """Return the event's wire line, byte for byte as the Go server writes it."""
+        return encode_event(self.kind, self.ok, self.reason, self.duration_ms)
+
+    @classmethod
+    def decode(cls, line: bytes | str) -> Event:
+        """Parse one event line as Go's client does (missing keys take zero values).
+
+        Args:
+            line: one JSON object, with or without its newline.
+
+        Returns:
+            The event; unknown keys are ignored.
+
+        Raises:
+            ValueError: the line is not a JSON object with fields of the right types.
+        """
+        try:
+            obj: Any = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"malformed event line: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ValueError("malformed event line: not a JSON object")
+        kind = _field(obj, "event", "")
+        reason = _field(obj, "reason", "")
+        duration_ms = _field(obj, "duration_ms", 0)
+        ok = _field(obj, "ok", False)
+        if (
+            not isinstance(kind, str)
+            or not isinstance(reason, str)
+            or not isinstance(duration_ms, int)
+            or isinstance(duration_ms, bool)
+            or not isinstance(ok, bool)
+        ):
+            raise ValueError("malformed event line: a field has the wrong type")
+        return cls(kind, reason, duration_ms, ok)
+
