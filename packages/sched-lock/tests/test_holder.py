@@ -229,3 +229,11 @@ def test_aware_utc_result() -> None:
     assert result is not None
     assert timedelta(0) == result.utcoffset()
     assert result.tzinfo is UTC
+
+
+def test_read_holder_not_a_directory_raises(tmp_path: Path) -> None:
+    """A path through a regular file is a misconfiguration: NotADirectoryError."""
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(NotADirectoryError) as info:
+        read_holder(tmp_path / "file" / "cycle.lock")
+    assert isinstance(info.value, LockError)

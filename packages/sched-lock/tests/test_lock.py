@@ -428,3 +428,85 @@ def test_acquisition_is_fast_enough_to_loop(lock_path: str) -> None:
         must_lock(lock_path).unlock()
         assert time.monotonic() < deadline
     assert sched_lock.try_lock is try_lock
+
+
+@pytest.mark.parametrize("number", [errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES])
+def test_contention_errnos_answer_none(
+    lock_path: str, monkeypatch: pytest.MonkeyPatch, number: int
+) -> None:
+    """Every contention errno flock may give is the answer None, never an error
+    (flock itself only gives EWOULDBLOCK on Linux, so it is stood in for)."""
+    from sched_lock import _flock
+
+    def flock(fd: int, operation: int) -> None:
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(_flock, "_flock", flock)
+    assert try_lock(lock_path) is None
+
+
+@pytest.mark.parametrize(
+    "error", [OSError(errno.ENOLCK, "No locks available"), KeyboardInterrupt()]
+)
+def test_flock_failures_raise_and_close(
+    lock_path: str, monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    """A flock failure that is not contention raises (a LockError naming the path,
+    or the interrupt itself) and closes the descriptor (the suite checks for leaks)."""
+    from sched_lock import _flock
+
+    def flock(fd: int, operation: int) -> None:
+        raise error
+
+    monkeypatch.setattr(_flock, "_flock", flock)
+    with pytest.raises(type(error)) as info:
+        try_lock(lock_path)
+    if isinstance(error, OSError):
+        assert isinstance(info.value, LockError)
+        assert (errno.ENOLCK, lock_path) == (info.value.errno, info.value.filename)
+        assert "flock: No locks available" == info.value.strerror
+
+
+def test_interrupt_while_writing_releases(lock_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt while writing the holder line releases the lock."""
+    from sched_lock import _flock
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_flock, "_pwrite", pwrite)
+    with pytest.raises(KeyboardInterrupt):
+        try_lock(lock_path)
+    monkeypatch.undo()
+    must_lock(lock_path).unlock()
+
+
+def test_short_write_continues(lock_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short pwrite is continued, so the whole line lands."""
+    from sched_lock import _flock
+
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        return real_pwrite(fd, data[:3], offset)
+
+    monkeypatch.setattr(_flock, "_pwrite", pwrite)
+    with must_lock(lock_path):
+        assert HOLDER_LINE.fullmatch(Path(lock_path).read_bytes())
+
+
+def test_write_failure_releases(lock_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure cutting the holder line raises a LockError naming the path and
+    releases the lock."""
+    from sched_lock import _flock
+
+    def ftruncate(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(_flock, "_ftruncate", ftruncate)
+    with pytest.raises(LockError) as info:
+        try_lock(lock_path)
+    assert (errno.EIO, lock_path) == (info.value.errno, info.value.filename)
+    assert "write holder line: Input/output error" == info.value.strerror
+    monkeypatch.undo()
+    must_lock(lock_path).unlock()

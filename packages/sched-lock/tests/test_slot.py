@@ -410,3 +410,71 @@ class SlotMachine(RuleBasedStateMachine):
 
 
 TestSlotMachine = SlotMachine.TestCase
+
+
+def failing(number: int) -> Callable[..., Any]:
+    """A stand-in system call failing with ``number``."""
+
+    def call(*args: object) -> Any:
+        raise OSError(number, os.strerror(number))
+
+    return call
+
+
+@pytest.mark.parametrize("call", ["_flock", "_pread"])
+def test_failures_before_the_read_have_no_before(
+    slot_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """A lock or read failure raises SlotFileError naming the path, before=None."""
+    slot_path.write_bytes(b"1\n")
+    monkeypatch.setattr(_slot, call, failing(errno.EIO))
+    with pytest.raises(SlotFileError) as info:
+        SlotFile(slot_path).mutate(increment)
+    assert (errno.EIO, str(slot_path), None) == (
+        info.value.errno,
+        info.value.filename,
+        info.value.before,
+    )
+    assert b"1\n" == slot_path.read_bytes()
+
+
+def test_failed_write_keeps_old_content(slot_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails having written nothing leaves the old content (the demand
+    it records stands) and reports ``before``."""
+    slot_path.write_bytes(b"1\n")
+    monkeypatch.setattr(_slot, "_pwrite", failing(errno.ENOSPC))
+    with pytest.raises(SlotFileError) as info:
+        SlotFile(slot_path).mutate(increment)
+    assert (errno.ENOSPC, b"1\n") == (info.value.errno, info.value.before)
+    assert b"1\n" == slot_path.read_bytes()
+
+
+def test_torn_write_leaves_empty(slot_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short write followed by a failure leaves an empty slot, not a torn one."""
+    slot_path.write_bytes(b"9\n")
+    real_pwrite = os.pwrite
+    calls: list[int] = []
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        calls.append(offset)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data[:1], offset)
+
+    monkeypatch.setattr(_slot, "_pwrite", pwrite)
+    with pytest.raises(SlotFileError) as info:
+        SlotFile(slot_path).mutate(increment)
+    assert b"9\n" == info.value.before
+    assert [0, 1] == calls
+    assert b"" == slot_path.read_bytes()
+
+
+def test_interrupt_in_fn_releases(slot_path: Path) -> None:
+    """KeyboardInterrupt from fn propagates at once, and the slot is unlocked."""
+
+    def interrupt(_: bytes) -> bytes:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        SlotFile(slot_path).mutate(interrupt)
+    assert b"" == SlotFile(slot_path).mutate(increment)
