@@ -61,7 +61,7 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - one exit per status
     """Run the CLI; returns the exit status (the console script exits with it)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):

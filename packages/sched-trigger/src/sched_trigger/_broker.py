@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -71,10 +72,8 @@ class BrokerThread(Generic[P]):
         """
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None:
-            try:
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(stop.set)
-            except RuntimeError:
-                pass  # the loop already finished
         self.join(timeout)
 
     def join(self, timeout: Duration | None = None) -> None:
@@ -109,9 +108,7 @@ class BrokerThread(Generic[P]):
     ) -> None:
         self.stop()
 
-    async def _main(
-        self, server: Server[P], sock: Any, run: SyncRun[P] | AsyncRun[P]
-    ) -> None:
+    async def _main(self, server: Server[P], sock: Any, run: SyncRun[P] | AsyncRun[P]) -> None:
         self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
         executor = asyncio.create_task(execute(self.queue, run, stop=stop))

@@ -82,9 +82,7 @@ def connect(path: str, deadline: float | None) -> socket.socket:
                     time.sleep(min(delay, max(budget, 0)))
                     delay = min(delay * 2, 0.05)
                     continue
-                raise Unreachable(
-                    exc.errno, exc.strerror or "cannot connect", path
-                ) from exc
+                raise Unreachable(exc.errno, exc.strerror or "cannot connect", path) from exc
             return sock
     except BaseException:
         sock.close()
@@ -164,13 +162,9 @@ def _read_events(
             try:
                 chunk = sock.recv(65536)
             except TimeoutError:
-                raise SubmitTimeout(
-                    f"timed out waiting for the run's result from {path}"
-                ) from None
+                raise SubmitTimeout(f"timed out waiting for the run's result from {path}") from None
             except OSError as exc:
-                raise ConnectionLost(
-                    exc.errno, exc.strerror or "connection lost", path
-                ) from exc
+                raise ConnectionLost(exc.errno, exc.strerror or "connection lost", path) from exc
             if not chunk:
                 raise ConnectionLost(
                     errno.ECONNRESET, "connection closed before the run's result", path

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from typing import final
 else:
 
-    def final(cls):  # noqa: ANN001, ANN202 - typing.final without importing typing
+    def final(cls):
         cls.__final__ = True
         return cls
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -88,10 +89,8 @@ def _wake(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None
         if not future.done():
             future.set_result(None)
         return
-    try:
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(_resolve, future)
-    except RuntimeError:  # the loop is closed: nobody is left to wake
-        pass
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -56,7 +57,7 @@ def listen(path: str | os.PathLike[str], *, backlog: int = DEFAULT_BACKLOG) -> s
             raise
         bound = True
         # Bound but not listening: every connect is refused until listen() below.
-        os.chmod(path, 0o600)
+        os.chmod(path, 0o600)  # noqa: PTH101
         sock.listen(backlog)
     except BaseException:
         if bound:
@@ -93,10 +94,8 @@ def _clear_stale(path: str) -> None:
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # noqa: PTH108
 
 
 def unlink_if_ours(path: str, inode: tuple[int, int]) -> None:

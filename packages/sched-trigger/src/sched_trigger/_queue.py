@@ -38,7 +38,7 @@ class Queue(Generic[P]):
     __slots__ = ("_capacity", "_closed", "_items", "_lock", "_promised", "_waiters")
 
     def __init__(self, capacity: int) -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool):
+        if isinstance(capacity, bool) or not isinstance(capacity, int):
             raise TypeError(f"capacity must be an int, not {type(capacity).__name__}")
         if capacity < 0:
             raise ValueError(f"capacity must be 0 or more, got {capacity}")

@@ -113,7 +113,10 @@ class RequestReader:
         done, value, end = self._decode(final=True)
         if not done:
             raise Undecodable("request too large" if oversized else "truncated request")
-        if oversized and len("".join(self._parts)[:end].encode("utf-8", "replace")) > self._max_size:
+        if (
+            oversized
+            and len("".join(self._parts)[:end].encode("utf-8", "replace")) > self._max_size
+        ):
             raise Undecodable("request too large")
         return True, value
 
@@ -159,8 +162,11 @@ def _truncated(text: str, exc: json.JSONDecodeError) -> bool:
     if exc.msg.startswith("Invalid \\uXXXX escape") and len(text) - pos < 6:
         return True
     # A number cut after its point or exponent mark: "1." or "1e+".
-    return pos > 0 and text[pos - 1].isdigit() and rest[0] in ".eE" and bool(
-        _NUMBER_TAIL.fullmatch(rest)
+    return (
+        pos > 0
+        and text[pos - 1].isdigit()
+        and rest[0] in ".eE"
+        and bool(_NUMBER_TAIL.fullmatch(rest))
     )
 
 
@@ -215,7 +221,7 @@ def _optional(inner: Converter) -> Converter:
     return convert
 
 
-def _converter(annotation: Any) -> Converter:
+def _converter(annotation: Any) -> Converter:  # noqa: PLR0911
     """Build the converter for one field annotation; unknown shapes pass through."""
     if annotation is Any or annotation is object:
         return _identity
@@ -267,7 +273,7 @@ def dataclass_decoder(cls: type[Any]) -> Converter:
     Raises:
         TypeError: *cls* is not a dataclass type.
     """
-    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+    if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
         raise TypeError(f"payload_type must be a dataclass type, not {cls!r}")
     hints = typing.get_type_hints(cls)
     fields = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -230,8 +231,8 @@ class _Connection(asyncio.Protocol):
     __slots__ = (
         "_job",
         "_lost",
-        "_reader",
         "_read_timer",
+        "_reader",
         "_sent_started",
         "_server",
         "_state",
@@ -340,10 +341,8 @@ class _Connection(asyncio.Protocol):
         if threading.get_ident() == self._thread:
             self._advance()
             return
-        try:
+        with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._advance)
-        except RuntimeError:  # the loop is closed: the connection died with it
-            pass
 
     def _advance(self) -> None:
         job = self._job

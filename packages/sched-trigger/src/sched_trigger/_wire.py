@@ -247,4 +247,3 @@ class Event:
         ):
             raise ValueError("malformed event line: a field has the wrong type")
         return cls(kind, reason, duration_ms, ok)
-
