@@ -52,6 +52,9 @@ _UNITS: dict[str, int] = {
 _FRACTION_LIMIT = ((1 << 63) - 1) // 10
 _ONE_MICROSECOND_NS = 1_000
 _US = timedelta(microseconds=1)
+# The whole microseconds inside Go's range: -9223372036854775 .. 9223372036854775.
+_MAX_MICROS = MAX_DURATION_NS // _ONE_MICROSECOND_NS
+_MIN_MICROS = -(-MIN_DURATION_NS // _ONE_MICROSECOND_NS)
 
 
 def _go_bytes(text: str) -> bytes:
@@ -303,11 +306,13 @@ def timedelta_from_ns(ns: int) -> timedelta:
     """Nanoseconds to a ``timedelta``, rounding half to even to the microsecond.
 
     A positive duration never becomes zero: anything from 1 ns to 500 ns gives
-    one microsecond.
+    one microsecond. Rounding never leaves Go's range, so the result always
+    formats: 9223372036854775807 ns gives 9223372036854775 µs.
     """
     micros, rest = divmod(ns, _ONE_MICROSECOND_NS)
     if rest > 500 or (rest == 500 and micros % 2):
         micros += 1
     if micros == 0 and ns > 0:
         micros = 1
+    micros = max(_MIN_MICROS, min(micros, _MAX_MICROS))
     return timedelta(microseconds=micros)
