@@ -310,6 +310,8 @@ def timedelta_from_ns(ns: int) -> timedelta:
     formats: 9223372036854775807 ns gives 9223372036854775 µs.
     """
     micros, rest = divmod(ns, _ONE_MICROSECOND_NS)
+    if not rest and 0 <= micros <= _MAX_MICROS:  # the common case: whole microseconds
+        return timedelta(microseconds=micros)
     if rest > 500 or (rest == 500 and micros % 2):
         micros += 1
     if micros == 0 and ns > 0:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from enum import StrEnum
+from functools import lru_cache  # already loaded by enum
 
 from ._compat import TYPE_CHECKING, final
 from ._errors import DurationParseError, IntervalError
@@ -109,7 +110,7 @@ class Schedule:
         if not isinstance(interval, timedelta):
             raise TypeError(f"interval must be a timedelta, not {type(interval).__name__}")
         object.__setattr__(self, "_interval", interval)
-        object.__setattr__(self, "_mode", Mode(mode))
+        object.__setattr__(self, "_mode", mode if mode.__class__ is Mode else Mode(mode))
 
     @property
     def interval(self) -> timedelta:
@@ -186,6 +187,13 @@ def _log_safe(raw: str) -> str:
     return raw
 
 
+@lru_cache(maxsize=64)
+def _parse_argument(value: str) -> tuple[int, timedelta]:
+    """A Go duration string given as an argument; cached, since these are constants in practice."""
+    ns = parse_duration(value)
+    return ns, timedelta_from_ns(ns)
+
+
 def _to_ns(value: DurationLike, what: str) -> tuple[int, timedelta]:
     """A duration argument as (exact nanoseconds, timedelta), within Go's range."""
     if isinstance(value, timedelta):
@@ -193,10 +201,9 @@ def _to_ns(value: DurationLike, what: str) -> tuple[int, timedelta]:
         ns = ns_from_timedelta(value)
     elif isinstance(value, str):
         try:
-            ns = parse_duration(value)
+            ns, td = _parse_argument(value)
         except DurationParseError as exc:
             raise DurationParseError(f"{what}: {exc}", text=value) from None
-        td = timedelta_from_ns(ns)
     else:
         # Imported here: only number-of-seconds arguments need it.
         from ._durations import to_timedelta
