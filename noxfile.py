@@ -137,12 +137,17 @@ def _install(
     return names
 
 
-def _pytest(session: nox.Session, *args: str, slow: bool) -> None:
-    """Run pytest under coverage; without *slow*, suites marked slow are skipped."""
+def _pytest(session: nox.Session, *args: str, packages: Iterable[str], slow: bool) -> None:
+    """Run pytest under coverage of *packages*; without *slow*, suites marked slow are skipped."""
     marker = [] if slow else ["-m", "not slow"]
     env = {"COVERAGE_FILE": str(ROOT / ".nox" / f".coverage.{_slug(session.name)}")}
-    session.run("coverage", "run", "-m", "pytest", *marker, *args, *session.posargs, env=env)
-    session.run("coverage", "report", "--fail-under=0", env=env, silent=True)
+    source = f"--source={','.join(packages)}"
+    session.run("coverage", "erase", env=env)
+    session.run(
+        "coverage", "run", source, "-m", "pytest", *marker, *args, *session.posargs, env=env
+    )
+    session.run("coverage", "combine", "--quiet", env=env, success_codes=[0, 1])
+    session.run("coverage", "report", env=env)
 
 
 def _slug(text: str) -> str:
@@ -157,6 +162,7 @@ def tests(session: nox.Session, package: str) -> None:
     _pytest(
         session,
         str(PACKAGES[package] / "tests"),
+        packages=[package],
         slow=session.python == MAIN_PYTHON,
     )
 
@@ -165,7 +171,7 @@ def tests(session: nox.Session, package: str) -> None:
 def integration(session: nox.Session) -> None:
     """Cross-package and cross-process tests with every package installed together."""
     _install(session, PACKAGES, extra=_requirements_file(INTEGRATION / "requirements.txt"))
-    _pytest(session, str(INTEGRATION), slow=True)
+    _pytest(session, str(INTEGRATION), packages=PACKAGES, slow=True)
 
 
 @nox.session(python=MAIN_PYTHON)
