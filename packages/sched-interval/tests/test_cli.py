@@ -86,20 +86,51 @@ def test_cli_prints_mode_cadence_and_warnings(
 )
 def test_cli_usage_errors_exit_2(args: list[str], error: str) -> None:
     """Bad arguments print the usage line and the error to stderr and exit 2."""
-    result = run_cli(*args)
-    assert 2 == result.returncode
-    assert "" == result.stdout
-    assert result.stderr.startswith("usage: python -m sched_interval VALUE")
-    assert error in result.stderr
+    out, err = io.StringIO(), io.StringIO()
+    assert 2 == main(args, stdout=out, stderr=err)
+    assert "" == out.getvalue()
+    assert err.getvalue().startswith("usage: python -m sched_interval VALUE")
+    assert error in err.getvalue()
+
+
+def test_cli_usage_error_in_a_real_process() -> None:
+    """The exit status 2 reaches the shell."""
+    result = run_cli("1h", "--bogus")
+    assert (2, "") == (result.returncode, result.stdout)
+    assert "error: unknown option '--bogus'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "stdout"),
+    [
+        (["--name=JOB", "--default=1h", "--min=1s", "--max=2h", "30m"], "interval: 30m0s"),
+        (["--", "-h"], "interval: 6h0m0s"),
+        (["--zero-as-once", "--", "0"], "mode: once"),
+        (["-5m", "--default", "1m"], "interval: 1m0s"),
+        (["--min", "0", "--max", "-1h", "1ns"], "interval: 1µs"),
+    ],
+)
+def test_cli_option_forms(args: list[str], stdout: str) -> None:
+    """--opt=value and --opt value both work; after -- everything is the value."""
+    out, err = io.StringIO(), io.StringIO()
+    main(args, stdout=out, stderr=err)
+    assert stdout in out.getvalue()
 
 
 @pytest.mark.parametrize("flag", ["-h", "--help"])
 def test_cli_help(flag: str) -> None:
     """--help documents every option and the exit codes, and exits 0."""
-    result = run_cli("1h", flag)
-    assert 0 == result.returncode
+    out = io.StringIO()
+    assert 0 == main(["1h", flag], stdout=out)
     for word in ("--default", "--zero-as-once", "--min", "--max", "--name", "exit status"):
-        assert word in result.stdout
+        assert word in out.getvalue()
+
+
+def test_cli_help_in_a_real_process() -> None:
+    """python -m sched_interval --help prints the help and exits 0."""
+    result = run_cli("--help")
+    assert (0, "") == (result.returncode, result.stderr)
+    assert result.stdout.startswith("usage: python -m sched_interval VALUE")
 
 
 def test_cli_undecodable_argument() -> None:

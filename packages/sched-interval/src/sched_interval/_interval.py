@@ -174,9 +174,6 @@ class IntervalWarning:
         """The message as the default ``logging`` formatter shows it."""
         return self.template % self.args
 
-    def __repr__(self) -> str:
-        return f"IntervalWarning({self.message!r})"
-
 
 def _log_safe(raw: str) -> str:
     """*raw* with lone surrogates spelled as backslash escapes, so any handler can write it."""
