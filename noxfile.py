@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import tempfile
 import tomllib
 from collections.abc import Iterable, Iterator
@@ -207,7 +206,7 @@ def build(session: nox.Session) -> None:
     shutil.rmtree(WHEELHOUSE, ignore_errors=True)
     for folder in PACKAGES.values():
         session.run("uv", "build", "--quiet", "--out-dir", str(WHEELHOUSE), str(folder))
-    artifacts = sorted(str(p) for p in WHEELHOUSE.iterdir())
+    artifacts = sorted(str(p) for p in WHEELHOUSE.iterdir() if p.suffix in {".whl", ".gz"})
     session.run("twine", "check", "--strict", *artifacts)
     for name in PACKAGES:
         _test_wheel(session, name)
@@ -218,7 +217,7 @@ def _test_wheel(session: nox.Session, name: str) -> None:
         work = Path(tmp)
         venv = work / "venv"
         python = str(venv / "bin" / "python")
-        session.run("uv", "venv", "--quiet", "--python", sys.executable, str(venv))
+        session.run("uv", "venv", "--quiet", "--python", f"python{session.python}", str(venv))
         # Wheels only, from the wheelhouse only: sibling dependencies resolve
         # there and nowhere else.
         dist = name.replace("_", "-")
