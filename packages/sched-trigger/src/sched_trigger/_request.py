@@ -62,13 +62,14 @@ class RequestReader:
         max_size: the request's size cap in bytes (the value, not what follows it).
     """
 
-    __slots__ = ("_decoder", "_max_size", "_parts", "_size", "_started")
+    __slots__ = ("_attempted", "_decoder", "_max_size", "_parts", "_size", "_started")
 
     def __init__(self, max_size: int) -> None:
         self._max_size = max_size
         self._decoder = _Utf8Decoder(errors=_HANDLER)
         self._parts: list[str] = []
         self._size = 0
+        self._attempted = 0
         self._started = False
 
     def feed(self, data: bytes) -> tuple[bool, Any]:
@@ -93,8 +94,16 @@ class RequestReader:
             self._started = True
         if self._size > self._max_size:
             return self._final(oversized=True)
+        # Parsing is O(size): try when the chunk may end a value (a newline, or a
+        # closing byte), else only each time the request doubled, so a large
+        # request costs O(size) in all, not O(size²).
         tail = data.rstrip(b" \t\r\n")
-        if b"\n" in data or (tail and tail[-1] in _MAY_END):
+        if (
+            b"\n" in data
+            or (tail and tail[-1] in _MAY_END)
+            or self._size >= 2 * self._attempted
+        ):
+            self._attempted = self._size
             return self._attempt(final=False)
         return False, None
 
@@ -110,14 +119,17 @@ class RequestReader:
         return value
 
     def _final(self, *, oversized: bool) -> tuple[bool, Any]:
-        done, value, end = self._decode(final=True)
-        if not done:
-            raise Undecodable("request too large" if oversized else "truncated request")
-        if (
-            oversized
-            and len("".join(self._parts)[:end].encode("utf-8", "replace")) > self._max_size
-        ):
-            raise Undecodable("request too large")
+        try:
+            done, value, end = self._decode(final=True)
+        except Undecodable:
+            if oversized:
+                raise Undecodable("request too large") from None
+            raise
+        assert done
+        if oversized:
+            used = len("".join(self._parts)[:end].encode("utf-8", "replace"))
+            if used > self._max_size:
+                raise Undecodable("request too large")
         return True, value
 
     def _attempt(self, *, final: bool) -> tuple[bool, Any]:

@@ -1,0 +1,259 @@
+"""Queue and Job: bounded FIFO, rendezvous, thread safety, exactly one result."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sched_trigger_testkit import DEADLINE, in_thread, run_async
+
+from sched_trigger import Job, Outcome, Queue, QueueClosed, QueueFull, TriggerError
+
+
+def job(n: int = 0) -> Job[int]:
+    return Job("test", n)
+
+
+def test_capacity_bounds_the_buffer_and_messages_travel_verbatim() -> None:
+    """Beyond capacity, submit fails fast with the Go library's messages."""
+    queue: Queue[int] = Queue(2)
+    queue.submit(job(1))
+    queue.submit(job(2))
+    with pytest.raises(QueueFull) as full:
+        queue.submit(job(3))
+    assert "run queue is full" == str(full.value)
+    assert isinstance(full.value, TriggerError)
+    queue.close()
+    queue.close()  # idempotent
+    with pytest.raises(QueueClosed) as closed:
+        queue.submit(job(4))
+    assert "scheduler is shutting down" == str(closed.value)
+    assert 2 == len(queue)
+
+
+@pytest.mark.parametrize("capacity", [-1, -100])
+def test_negative_capacity_is_a_value_error(capacity: int) -> None:
+    """A negative capacity is refused: capacity 0 is a rendezvous, never unbounded."""
+    with pytest.raises(ValueError, match="capacity"):
+        Queue(capacity)
+    with pytest.raises(TypeError):
+        Queue(True)
+
+
+def test_rendezvous_accepts_only_while_a_receiver_waits() -> None:
+    """Capacity 0: refused while nobody waits, accepted once the receiver is idle in get()."""
+
+    async def scenario() -> None:
+        queue: Queue[int] = Queue(0)
+        with pytest.raises(QueueFull):
+            queue.submit(job(1))
+        getter = asyncio.create_task(queue.get())
+        await asyncio.sleep(0)  # let get() register as waiting; no timing involved
+        queue.submit(job(2))
+        with pytest.raises(QueueFull):
+            queue.submit(job(3))
+        assert 2 == (await getter).payload
+
+    run_async(scenario())
+
+
+def test_a_waiting_receiver_takes_one_beyond_capacity_like_a_go_channel() -> None:
+    """With capacity 1 and an idle receiver, one job is handed over and one more buffered."""
+
+    async def scenario() -> None:
+        queue: Queue[int] = Queue(1)
+        getter = asyncio.create_task(queue.get())
+        await asyncio.sleep(0)
+        queue.submit(job(1))
+        queue.submit(job(2))
+        with pytest.raises(QueueFull):
+            queue.submit(job(3))
+        assert 1 == (await getter).payload
+        assert 2 == (await queue.get()).payload
+
+    run_async(scenario())
+
+
+def test_async_for_drains_in_order_then_ends_on_close() -> None:
+    """Iteration yields jobs in arrival order and ends once the queue is closed and drained."""
+
+    async def scenario() -> list[int]:
+        queue: Queue[int] = Queue(10)
+        for n in range(5):
+            queue.submit(job(n))
+        queue.close()
+        got = [j.payload async for j in queue]
+        with pytest.raises(QueueClosed):
+            await queue.get()
+        return got
+
+    assert [0, 1, 2, 3, 4] == run_async(scenario())
+
+
+def test_submit_from_threads_wakes_the_loop_in_order() -> None:
+    """Many threads submitting at once: every accepted job arrives exactly once."""
+
+    async def scenario() -> tuple[int, list[int]]:
+        queue: Queue[int] = Queue(1000)
+        accepted: list[int] = []
+        lock = threading.Lock()
+
+        def producer(base: int) -> None:
+            for n in range(base, base + 100):
+                queue.submit(job(n))
+                with lock:
+                    accepted.append(n)
+
+        threads = [threading.Thread(target=producer, args=(b,)) for b in range(0, 800, 100)]
+        received: list[int] = []
+
+        async def consume() -> None:
+            async for j in queue:
+                received.append(j.payload)
+
+        consumer = asyncio.create_task(consume())
+        for t in threads:
+            t.start()
+        for t in threads:
+            await asyncio.to_thread(t.join)
+        queue.close()
+        await asyncio.wait_for(consumer, DEADLINE)
+        return len(accepted), received
+
+    count, received = run_async(scenario())
+    assert 800 == count
+    assert list(range(800)) == sorted(received)
+
+
+def test_close_wakes_a_waiting_receiver() -> None:
+    """A receiver blocked in get() ends when the queue is closed, from another thread too."""
+
+    async def scenario() -> None:
+        queue: Queue[int] = Queue(1)
+        getter = asyncio.create_task(queue.get())
+        await asyncio.sleep(0)
+        await asyncio.to_thread(queue.close)
+        with pytest.raises(QueueClosed):
+            await asyncio.wait_for(getter, DEADLINE)
+
+    run_async(scenario())
+
+
+def test_a_cancelled_receiver_never_loses_a_handed_job() -> None:
+    """A job handed to a receiver that is cancelled stays in the queue for the next one."""
+
+    async def scenario() -> None:
+        queue: Queue[int] = Queue(0)
+        getter = asyncio.create_task(queue.get())
+        await asyncio.sleep(0)
+        queue.submit(job(7))
+        getter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await getter
+        assert 1 == len(queue)
+        assert 7 == (await queue.get()).payload
+
+    run_async(scenario())
+
+
+@given(
+    capacity=st.integers(0, 4),
+    ops=st.lists(st.sampled_from(["submit", "get", "close"]), max_size=30),
+)
+def test_queue_matches_a_fifo_model(capacity: int, ops: list[str]) -> None:
+    """Against a model: FIFO order, capacity bound, closed refuses, nothing lost."""
+
+    async def scenario() -> None:
+        queue: Queue[int] = Queue(capacity)
+        model: list[int] = []
+        closed = False
+        n = 0
+        for op in ops:
+            if op == "submit":
+                n += 1
+                if closed:
+                    with pytest.raises(QueueClosed):
+                        queue.submit(job(n))
+                elif len(model) >= capacity:
+                    with pytest.raises(QueueFull):
+                        queue.submit(job(n))
+                else:
+                    queue.submit(job(n))
+                    model.append(n)
+            elif op == "get":
+                if model:
+                    assert model.pop(0) == (await queue.get()).payload
+                elif closed:
+                    with pytest.raises(QueueClosed):
+                        await queue.get()
+            else:
+                queue.close()
+                closed = True
+        assert model == [j.payload for j in queue._drain()]
+
+    run_async(scenario())
+
+
+def test_job_lifecycle_exactly_once() -> None:
+    """start and finish are once-only; the result is visible to threads and the loop."""
+    j = job()
+    assert (False, False, None) == (j.started, j.done, j.outcome)
+    j.start()
+    with pytest.raises(RuntimeError, match="already started"):
+        j.start()
+    j.finish(Outcome(True, "fine", 1.5))
+    with pytest.raises(RuntimeError, match="already finished"):
+        j.finish(Outcome(False))
+    with pytest.raises(TypeError):
+        j.finish("ok")  # type: ignore[arg-type]
+    assert Outcome(True, "fine", timedelta(seconds=1.5)) == j.result(0)
+    assert j.wait_started(0)
+    assert Outcome(True, "fine", 1.5) == run_async(j.aresult())
+    assert run_async(j.await_started())
+
+
+def test_job_finished_without_start_reports_not_started() -> None:
+    """A job cancelled before it ran: wait_started returns False; start is then refused."""
+    j = job()
+    j.finish(Outcome(False, "cancelled"))
+    assert not j.wait_started(0)
+    assert not run_async(j.await_started())
+    with pytest.raises(RuntimeError, match="already finished"):
+        j.start()
+
+
+def test_job_waits_across_threads() -> None:
+    """A thread blocked in result() and a task awaiting aresult() both wake on finish."""
+    j = job()
+    thread, box = in_thread(lambda: j.result(DEADLINE))
+
+    async def scenario() -> Outcome:
+        waiter = asyncio.create_task(j.aresult())
+        await asyncio.sleep(0)
+        threading.Thread(target=j.finish, args=(Outcome(True),)).start()
+        return await asyncio.wait_for(waiter, DEADLINE)
+
+    assert Outcome(True) == run_async(scenario())
+    thread.join(DEADLINE)
+    assert [Outcome(True)] == box
+    with pytest.raises(TimeoutError):
+        job().result(0.001)
+    with pytest.raises(TimeoutError):
+        job().wait_started(timedelta(microseconds=1))
+
+
+def test_outcome_value_type() -> None:
+    """Outcome coerces durations, truncates duration_ms toward zero, is frozen and hashable."""
+    assert 1234 == Outcome(True, duration=1.2349).duration_ms
+    assert 0 == Outcome(True, duration=0.0009).duration_ms
+    assert -1 == Outcome(True, duration=timedelta(microseconds=-1500)).duration_ms
+    assert hash(Outcome(True, "a", 1)) == hash(Outcome(True, "a", timedelta(seconds=1)))
+    with pytest.raises(AttributeError):
+        Outcome(True).ok = False  # type: ignore[misc]
+    with pytest.raises(ValueError, match="duration"):
+        Outcome(True, duration=float("nan"))
+    assert "Outcome(ok=False, reason='x', duration=datetime.timedelta(0))" == repr(Outcome(False, "x"))

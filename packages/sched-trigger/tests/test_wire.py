@@ -1,0 +1,198 @@
+"""The wire format: byte for byte as the Go library's encoding/json writes it."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sched_trigger_testkit import go_event_model, go_string_model, json_values, wire_text
+
+from sched_trigger import Event
+from sched_trigger._wire import encode_event, encode_payload, go_quote
+
+GO_WIRE = Path(__file__).parent / "go_wire" / "main.go"
+
+
+def test_event_keys_in_go_order_with_omitempty() -> None:
+    """Keys are event, reason, duration_ms, ok; empty reason and zero duration are omitted."""
+    assert b'{"event":"queued","ok":false}\n' == encode_event("queued", False)
+    assert b'{"event":"done","reason":"boom","duration_ms":1500,"ok":false}\n' == encode_event(
+        "done", False, "boom", 1500
+    )
+    assert b'{"event":"done","reason":"skipped: lock held","ok":true}\n' == encode_event(
+        "done", True, "skipped: lock held"
+    )
+    assert b'{"event":"done","duration_ms":3,"ok":true}\n' == encode_event("done", True, "", 3)
+
+
+def test_go_escapes_html_and_line_separators() -> None:
+    """<, >, &, U+2028 and U+2029 are \\u escapes; other non-ASCII stays raw UTF-8."""
+    expected = '"\\u003ca\\u003e \\u0026 \\u2028\\u2029 é ☃ \\n\\t\\b\\f\\u0001\x7f"'
+    assert expected == go_quote("<a> & \u2028\u2029 é ☃ \n\t\b\f\x01\x7f")
+
+
+def test_lone_surrogates_become_replacement_escapes() -> None:
+    """A lone surrogate (an undecodable byte) is written as \\ufffd, keeping the line UTF-8."""
+    assert '"a\\ufffdb\\ufffd"' == go_quote("a\udcffb\ud800")
+    encode_event("done", False, "\udc80").decode("utf-8")
+
+
+@given(kind=wire_text, reason=wire_text, duration_ms=st.integers(0, 2**53), ok=st.booleans())
+def test_event_encoding_matches_go_model(kind: str, reason: str, duration_ms: int, ok: bool) -> None:
+    """Every event encodes exactly as the independent model of Go's encoder."""
+    expected = go_event_model(kind, reason, duration_ms, ok)
+    assert expected == encode_event(kind, ok, reason, duration_ms)
+    assert expected == Event(kind, reason, duration_ms, ok).encode()
+
+
+@given(kind=wire_text, reason=wire_text, duration_ms=st.integers(0, 2**53), ok=st.booleans())
+def test_event_round_trip(kind: str, reason: str, duration_ms: int, ok: bool) -> None:
+    """Decoding an encoded event gives it back (surrogates come back as U+FFFD)."""
+    event = Event(kind, reason, duration_ms, ok)
+    decoded = Event.decode(event.encode())
+
+    def clean(text: str) -> str:
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+    assert Event(clean(kind), clean(reason), duration_ms, ok) == decoded
+
+
+def test_event_decoding_is_lenient_like_go() -> None:
+    """Missing keys take zero values, unknown keys and nulls are ignored, names match any case."""
+    assert Event("done") == Event.decode(b'{"event":"done"}')
+    assert Event("done", "r", 5, True) == Event.decode(
+        '{"Event":"done","REASON":"r","duration_ms":5,"ok":true,"extra":[1]}\n'
+    )
+    assert Event("started") == Event.decode('{"event":"started","reason":null}')
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"", b"[]", b'{"event":5}', b'{"event":"done","ok":"yes"}', b'{"duration_ms":1.5}', b"{x"],
+)
+def test_event_decoding_rejects_malformed_lines(line: bytes) -> None:
+    """A line that is not an event object is a ValueError."""
+    with pytest.raises(ValueError, match="malformed event"):
+        Event.decode(line)
+
+
+def test_event_is_a_frozen_value() -> None:
+    """Event is immutable, hashable, picklable, comparable, with a timedelta view."""
+    event = Event("done", "x", 1234, True)
+    assert timedelta(milliseconds=1234) == event.duration
+    assert event == pickle.loads(pickle.dumps(event))
+    assert {event} == {Event("done", "x", 1234, True)}
+    assert "Event(kind='done', reason='x', duration_ms=1234, ok=True)" == repr(event)
+    with pytest.raises(AttributeError):
+        event.ok = False  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del event.kind
+    match event:
+        case Event("done", reason, ms, ok):
+            assert ("x", 1234, True) == (reason, ms, ok)
+        case _:  # pragma: no cover
+            pytest.fail("Event does not pattern-match positionally")
+
+
+@dataclass
+class _Inner:
+    name: str = ""
+
+
+@dataclass
+class _Outer:
+    repos: list[str] = field(default_factory=list)
+    inner: _Inner = field(default_factory=_Inner)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def test_payload_encoding_is_compact_go_json() -> None:
+    """Payloads are one compact line: dataclasses in field order, Go's string escaping."""
+    payload = _Outer(["a<b"], _Inner("é"), {"K": "v&"})
+    expected = b'{"repos":["a\\u003cb"],"inner":{"name":"\xc3\xa9"},"env":{"K":"v\\u0026"}}\n'
+    assert expected == encode_payload(payload)
+    assert b"{}\n" == encode_payload({})
+
+
+def test_payload_encoding_refuses_what_go_refuses() -> None:
+    """NaN and infinities are ValueErrors, unserializable values TypeErrors."""
+    with pytest.raises(ValueError, match="Out of range float"):
+        encode_payload({"x": float("nan")})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode_payload({"x": object()})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode_payload(_Outer)
+
+
+@given(value=json_values)
+def test_payload_encoding_round_trips(value: object) -> None:
+    """Any JSON value encodes to one line that parses back to the same value."""
+    line = encode_payload(value)
+    assert line.endswith(b"\n")
+    assert 1 == line.count(b"\n")
+    assert value == json.loads(line)
+
+
+def _go_binary(tmp: Path) -> Path:
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("no Go toolchain to compare against")
+    binary = tmp / "go_wire"
+    subprocess.run(
+        [go, "build", "-o", str(binary), str(GO_WIRE)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env={"GOCACHE": str(tmp / "cache"), "GOPATH": str(tmp / "gopath"), "HOME": str(tmp),
+             "PATH": "/usr/bin:/bin", "GOFLAGS": "-mod=mod", "GO111MODULE": "off"},
+    )
+    return binary
+
+
+def _go_minor(go: str) -> int:
+    version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    return int(version.stdout.strip().removeprefix("go").split(".")[1])
+
+
+def test_encoding_matches_the_real_go_encoder() -> None:
+    """Where a Go toolchain exists, its encoding/json writes the very same bytes.
+
+    Strings are drawn as raw bytes (invalid UTF-8 included, as undecodable
+    bytes reach Python as lone surrogates). Go before 1.22 wrote \\b and \\f
+    as \\u0008 and \\u000c; those two are left out when comparing against it.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = _go_binary(Path(tmp))
+        go = shutil.which("go")
+        assert go is not None
+        old_go = _go_minor(go) < 22
+        rng = random.Random(20261202)
+        alphabet = bytes(b for b in range(256) if not old_go or b not in (8, 12))
+        # Bytes around the interesting ranges: ASCII controls, HTML, UTF-8 lead and tail bytes.
+        samples = [
+            bytes(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(300)
+        ] + [c.encode() for c in "  é☃😀�"]
+        reasons = [*samples,
+            b"<>&", "\u2028\u2029".encode(), b"\xff\xfe", b"\xed\xa0\x80", b"\xe2\x82A", b"\x7f"
+        ]
+        go_out = subprocess.run(
+            [str(binary)],
+            input=b"".join(r.hex().encode() + b"\n" for r in reasons),
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.splitlines(keepends=True)
+        ours = [
+            encode_event("done", True, r.decode("utf-8", "surrogateescape"), 7) for r in reasons
+        ]
+        assert go_out == ours
