@@ -1,0 +1,367 @@
+"""An example container job runner built on the six sched packages.
+
+This is the Python form of the Go library's composition root: one small
+program that reads its cadence from ``JOB_INTERVAL``, picks a mode, and runs
+one *cycle* (a real command, through ``sched_cmd.run``) at a time, never two
+at once across every process that shares its state directory, and drains on
+SIGTERM. Copy it and replace the command.
+
+Subcommands::
+
+    python jobrunner.py run      # the container's main process: JOB_INTERVAL picks the mode
+    python jobrunner.py poll     # one cycle on demand (docker exec, Ofelia): queue mode
+    python jobrunner.py daemon   # variant that owns every run: ticker + unix socket -> one queue
+
+Modes of ``run``, from ``JOB_INTERVAL`` (see the operations page):
+
+* a positive duration (``30m``, ``1h30m``), or unset/unparseable (the default,
+  6h): **built-in** -- a cycle at startup, then one every interval with +-10%
+  jitter; each tick is guarded by ``Exclusive.run_or_skip``;
+* ``off`` / ``disabled``: **external** -- idle until stopped; runs come from
+  ``poll`` (queued through ``Exclusive.run``);
+* ``0``: **once** -- one cycle, then exit.
+
+Environment:
+    JOB_INTERVAL: the cadence, a Go duration, or a sentinel (above).
+    JOB_COMMAND: the command a cycle runs, split like a shell would (default:
+        the ``work.py`` stand-in beside this file).
+    JOB_GRACE: how long the command gets between SIGTERM and SIGKILL on
+        shutdown, a Go duration (default 5s).
+    JOB_STATE_DIR: the directory holding ``cycle.lock`` and ``cycle.queued``
+        (default ``/tmp/jobrunner``). Keep it private to the job's user.
+    JOB_SOCKET: the trigger socket of the ``daemon`` variant (default
+        ``JOB_STATE_DIR/trigger.sock``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import logging
+import os
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import sched_cmd
+from sched_exclusive import Exclusive, ExclusiveError, Outcome
+from sched_interval import Mode, Schedule, format_duration, interval_from_env, parse_duration
+from sched_loop import run_loop, stop_on_signals
+
+log = logging.getLogger("jobrunner")
+
+DEFAULT_INTERVAL = timedelta(hours=6)
+JITTER = 0.10
+
+
+# --- logging: the app's job, never the library's ---------------------------
+
+
+class KeyValueFormatter(logging.Formatter):
+    """The default text format, followed by the record's structured fields.
+
+    The sched packages put the key facts in the message and the same facts,
+    typed, in ``extra`` fields prefixed ``sched_`` (``app_`` is ours). A JSON
+    formatter would emit them as keys; this one appends ``key=value`` pairs.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Format the record, then append its ``sched_``/``app_`` fields."""
+        line = super().format(record)
+        fields = {
+            key: value for key, value in vars(record).items() if key.startswith(("sched_", "app_"))
+        }
+        if fields:
+            line += " " + " ".join(f"{key}={value}" for key, value in sorted(fields.items()))
+        return line
+
+
+def configure_logging() -> None:
+    """Send every record, ours and the libraries', to stderr, one line each."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        KeyValueFormatter(f"jobrunner[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+# --- configuration ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the runner reads from its environment, read once at startup."""
+
+    schedule: Schedule
+    command: list[str]
+    grace: timedelta
+    state_dir: Path
+    socket: Path
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Config:
+        """Read the configuration; warnings about ``JOB_INTERVAL`` are logged."""
+        env = dict(os.environ if env is None else env)
+        default_command = [sys.executable, str(Path(__file__).with_name("work.py"))]
+        state_dir = Path(env.get("JOB_STATE_DIR", "/tmp/jobrunner"))
+        grace_ns = parse_duration(env.get("JOB_GRACE", "5s"))
+        return cls(
+            # zero_as_once: this job supports a run-once mode ("0"), as a batch
+            # job would; "off"/"disabled" still select external mode.
+            schedule=interval_from_env("JOB_INTERVAL", DEFAULT_INTERVAL, zero_as_once=True),
+            command=shlex.split(env["JOB_COMMAND"]) if "JOB_COMMAND" in env else default_command,
+            grace=timedelta(microseconds=grace_ns // 1000) or sched_cmd.DEFAULT_GRACE,
+            state_dir=state_dir,
+            socket=Path(env.get("JOB_SOCKET", str(state_dir / "trigger.sock"))),
+        )
+
+
+class CycleFailed(Exception):
+    """The cycle's command exited non-zero."""
+
+
+_cycle_numbers = itertools.count(1)
+
+
+def run_cycle(
+    config: Config, stop: threading.Event, why: str, env: dict[str, str] | None = None
+) -> None:
+    """Run one cycle: the real command, stopped gracefully if *stop* is set.
+
+    Raises:
+        CycleFailed: the command exited non-zero (SIGTERM included).
+    """
+    number = next(_cycle_numbers)
+    log.info("cycle %d starting (%s)", number, why, extra={"app_cycle": number})
+    result = sched_cmd.run(
+        config.command,
+        stop=stop,
+        grace=config.grace,
+        env={**os.environ, **(env or {}), "JOB_CYCLE": str(number)},
+    )
+    log.info(
+        "cycle %d command exited with status %d",
+        number,
+        result.returncode,
+        extra={"app_cycle": number, "app_returncode": result.returncode},
+    )
+    if result.returncode != 0:
+        what = "stopped by shutdown, command" if stop.is_set() else "command"
+        raise CycleFailed(f"cycle {number}: {what} exited with status {result.returncode}")
+
+
+def cycle_job(
+    config: Config, stop: threading.Event, why: str, env: dict[str, str] | None = None
+) -> Callable[[], None]:
+    """The argument-less job ``Exclusive`` runs: the first call, then each queued rerun."""
+    calls = itertools.count()
+
+    def job() -> None:
+        run_cycle(config, stop, why if next(calls) == 0 else "queued rerun", env)
+
+    return job
+
+
+def exclusive(config: Config, stop: threading.Event) -> Exclusive:
+    """The cross-process guard: one cycle at a time, no fresh run after a stop."""
+    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Exclusive(config.state_dir, gate=lambda: not stop.is_set())
+
+
+def describe(error: ExclusiveError) -> str:
+    """The failure in one line: each job exception of a ``RunError``, or the error itself."""
+    return "; ".join(map(str, getattr(error, "exceptions", [error])))
+
+
+def guarded(call: Callable[[], Outcome]) -> tuple[Outcome, ExclusiveError | None]:
+    """Run an ``Exclusive`` call; log its outcome, or its failure and carry on.
+
+    The outcome is never lost: a failure carries it (``ran`` when the job ran
+    and failed, ``none`` when the lock directory was unusable, ``queued`` when
+    the request was recorded but the re-check after it failed).
+    """
+    try:
+        outcome = call()
+    except ExclusiveError as exc:
+        log.error(
+            "cycle failed (outcome %s): %s",
+            exc.outcome,
+            describe(exc),
+            extra={"app_outcome": exc.outcome},
+        )
+        return exc.outcome, exc
+    log.info("cycle outcome: %s", outcome, extra={"app_outcome": outcome})
+    return outcome, None
+
+
+# --- the entry points ---------------------------------------------------------
+
+
+def main_run(config: Config) -> int:
+    """The container's main process: the mode comes from ``JOB_INTERVAL``."""
+    schedule = config.schedule
+    with stop_on_signals() as stop:
+        ex = exclusive(config, stop)
+        if schedule.mode is Mode.BUILTIN:
+            log.info(
+                "built-in mode: a cycle now, then every %s (+-%d%% jitter)",
+                format_duration(schedule.interval),
+                round(JITTER * 100),
+            )
+            fires = itertools.count()
+
+            def tick(stop: threading.Event) -> None:
+                why = "startup run" if next(fires) == 0 else "tick"
+                # Skip mode: a busy lock means a cycle is already running; the
+                # next tick brings freshness. Never queue a tick.
+                guarded(lambda: ex.run_or_skip(cycle_job(config, stop, why)))
+
+            run_loop(tick, schedule.interval, jitter=JITTER, fire_on_start=True, stop=stop)
+        elif schedule.mode is Mode.EXTERNAL:
+            log.info("external mode: idle; cycles come from `jobrunner.py poll`")
+            stop.wait()
+        else:
+            log.info("once mode: one cycle, then exit")
+            _, error = guarded(lambda: ex.run_or_skip(cycle_job(config, stop, "once")))
+            return 1 if error else 0
+    log.info("stopped: no cycle in flight, exiting")
+    return 0
+
+
+def main_poll(config: Config) -> int:
+    """One cycle on demand, satisfied by a run that starts after the request arrived.
+
+    Queue mode: if a cycle is running (in the resident process or another
+    poll), the request is recorded and this process exits at once; the
+    running holder executes it when its cycle ends.
+    """
+    with stop_on_signals() as stop:
+        ex = exclusive(config, stop)
+        outcome, error = guarded(lambda: ex.run(cycle_job(config, stop, "poll")))
+    print(f"poll: {outcome}", flush=True)
+    # queued and discarded are success: the running cycle covers this request
+    # (and a queued request whose re-check failed still stands).
+    return 1 if error and outcome is not Outcome.QUEUED else 0
+
+
+# --- the daemon variant: it owns every run ------------------------------------
+
+
+@dataclass
+class Request:
+    """The arguments a trigger may send (``sched-trigger SOCKET '{"note": "..."}'``).
+
+    Unknown fields are ignored and missing ones take these defaults, so an
+    older or newer client still gets its run. Payloads are never logged: a
+    forwarded field can carry a secret.
+    """
+
+    note: str = ""
+
+
+#: How an ``Exclusive`` outcome reads as a trigger's result.
+RESULT_NOTES = {
+    Outcome.RAN: "",
+    Outcome.RAN_QUEUED: "ran-queued: also served requests queued meanwhile",
+    Outcome.QUEUED: "queued: the cycle running in another process will serve it",
+    Outcome.DISCARDED: "discarded: a rerun already queued covers it",
+    Outcome.SKIPPED: "skipped: lock held by another process",
+}
+
+
+def main_daemon(config: Config) -> int:
+    """Own every run: a ticker and a unix socket submit to one queue, one executor runs them.
+
+    Each run is still guarded by ``Exclusive``, so a ``poll`` exec'd next to
+    the daemon and the daemon's own runs never overlap: ticks use skip mode,
+    socket triggers queue mode.
+    """
+    from sched_trigger import CANCELLED_REASON, TRIGGER_EXTERNAL, QueueFull, run_broker_in_thread
+    from sched_trigger import Outcome as Result
+
+    with stop_on_signals() as stop:
+        ex = exclusive(config, stop)
+        ticks = itertools.count()
+
+        def run(_: threading.Event, trigger: str, request: Request) -> Result:
+            # `stop` (SIGTERM) rather than the executor's own event: the run in
+            # flight must hear the signal at once, not after the loop returns.
+            if stop.is_set():
+                return Result(False, CANCELLED_REASON)
+            began = time.monotonic()
+            why = "trigger" if trigger == TRIGGER_EXTERNAL else trigger
+            job = cycle_job(config, stop, why, {"JOB_NOTE": request.note})
+            if trigger == TRIGGER_EXTERNAL:
+                outcome, error = guarded(lambda: ex.run(job))
+            else:
+                outcome, error = guarded(lambda: ex.run_or_skip(job))
+            if error is not None and outcome is not Outcome.QUEUED:
+                result = Result(False, describe(error), time.monotonic() - began)
+            elif outcome is Outcome.GATED:
+                result = Result(False, CANCELLED_REASON, time.monotonic() - began)
+            else:
+                result = Result(True, RESULT_NOTES[outcome], time.monotonic() - began)
+            if stop.is_set():
+                # Shutting down: ask the broker to stop before this result is
+                # reported, so the executor cancels what is queued behind this
+                # run instead of starting it. (timeout=0: ask, do not wait.)
+                with contextlib.suppress(TimeoutError):
+                    broker.stop(timeout=0)
+            log.info(
+                "%s: done, %s%s",
+                why,
+                "ok" if result.ok else "failed",
+                f" ({result.reason})" if result.reason else "",
+                extra={"app_trigger": trigger, "app_ok": result.ok},
+            )
+            return result
+
+        broker = run_broker_in_thread(config.socket, run, capacity=16, payload_type=Request)
+        log.info("listening for triggers on %s", config.socket)
+        try:
+
+            def tick(_: threading.Event) -> None:
+                name = "startup run" if next(ticks) == 0 else "tick"
+                try:
+                    job = broker.submit(Request(), trigger=name)
+                except QueueFull:
+                    log.warning("run queue is full; skipping this %s", name)
+                    return
+                job.result()  # the interval is the gap after this run ends
+
+            if config.schedule.mode is Mode.BUILTIN:
+                run_loop(
+                    tick, config.schedule.interval, jitter=JITTER, fire_on_start=True, stop=stop
+                )
+            else:
+                stop.wait()  # external: only triggers run cycles
+        finally:
+            broker.stop()  # stop accepting, close the queue, drain, answer everyone
+    log.info("stopped: every accepted trigger has its result, exiting")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the subcommand, configure logging, and run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["run", "poll", "daemon"])
+    args = parser.parse_args(argv)
+    configure_logging()
+    config = Config.from_env()
+    if args.command == "poll":
+        return main_poll(config)
+    if args.command == "daemon":
+        return main_daemon(config)
+    return main_run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
