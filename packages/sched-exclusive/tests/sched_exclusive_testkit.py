@@ -15,7 +15,9 @@ import os
 import select
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import final
 
 from sched_exclusive import Exclusive
@@ -67,9 +69,9 @@ class Hooked:
         self.probes = 0
         self.releases = 0
         self.counter_calls = 0
-        self.after_probe: dict[int, Callable[[], None]] = {}
-        self.before_release: dict[int, Callable[[], None]] = {}
-        self.after_release: dict[int, Callable[[], None]] = {}
+        self.after_probe: dict[int, Callable[[], object]] = {}
+        self.before_release: dict[int, Callable[[], object]] = {}
+        self.after_release: dict[int, Callable[[], object]] = {}
         self.fail_probe: dict[int, OSError] = {}
         self.fail_counter: dict[int, OSError] = {}
 
@@ -109,8 +111,7 @@ def hooked(ex: Exclusive) -> Hooked:
 def read_counter_file(directory: str) -> bytes:
     """The raw bytes of ``directory/cycle.queued`` (b"" when absent)."""
     try:
-        with open(os.path.join(directory, "cycle.queued"), "rb") as slot:
-            return slot.read()
+        return Path(directory, "cycle.queued").read_bytes()
     except FileNotFoundError:
         return b""
 
@@ -127,16 +128,21 @@ class Child:
             stderr=subprocess.PIPE,
             env=env,
         )
+        self._buffer = b""
 
     def read_line(self) -> str:
         """Return the child's next line, failing the test past the deadline."""
         stdout = self.process.stdout
         assert stdout is not None
-        ready, _, _ = select.select([stdout], [], [], DEADLINE)
-        assert ready, "the child did not answer in time"
-        line = stdout.readline().decode()
-        assert line, f"the child exited early: {self.stderr_text()}"
-        return line.rstrip("\n")
+        deadline = time.monotonic() + DEADLINE
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0))
+            assert ready, "the child did not answer in time"
+            chunk = os.read(stdout.fileno(), 65536)
+            assert chunk, f"the child exited early: {self.stderr_text()}"
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
 
     def write_line(self, line: str) -> None:
         """Send one line to the child's stdin."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,7 +38,7 @@ def hold(directory: str) -> Iterator[Callable[[], Lock]]:
     taken: list[Lock] = []
 
     def take() -> Lock:
-        lock = try_lock(os.path.join(directory, "cycle.lock"))
+        lock = try_lock(Path(directory, "cycle.lock"))
         assert lock is not None
         taken.append(lock)
         return lock
@@ -54,7 +53,7 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def lock_is_free(directory: str) -> bool:
-    lock = try_lock(os.path.join(directory, "cycle.lock"))
+    lock = try_lock(Path(directory, "cycle.lock"))
     if lock is None:
         return False
     lock.unlock()
@@ -103,7 +102,7 @@ def test_busy_queue_mode_queues_then_discards(
         "cycle still running; queued rerun request (1 of 1)",
         "cycle still running and 1 rerun request(s) already queued; discarding request",
     ] == messages(caplog)
-    assert ["queued", "discarded"] == [r.sched_outcome for r in caplog.records]
+    assert ["queued", "discarded"] == [vars(r)["sched_outcome"] for r in caplog.records]
 
 
 @pytest.mark.parametrize(("capacity", "effective"), [(-5, 1), (0, 1), (1, 1), (3, 3)])
@@ -147,8 +146,8 @@ def test_fresh_acquisition_clears_an_orphaned_counter(
     [record] = caplog.records
     assert logging.WARNING == record.levelno
     assert "stale queued-run marker cleared at startup (3 pending)" == record.getMessage()
-    assert 3 == record.sched_pending
-    assert directory == record.sched_dir
+    assert 3 == vars(record)["sched_pending"]
+    assert directory == vars(record)["sched_dir"]
 
 
 def test_requests_queued_during_a_run_rerun_it(
@@ -165,10 +164,11 @@ def test_requests_queued_during_a_run_rerun_it(
     assert 3 == job.runs
     assert 0 == ex.pending()
     reruns = [r for r in caplog.records if r.getMessage().startswith("running queued")]
-    assert ["running queued cycle request (attempt 1)", "running queued cycle request (attempt 2)"] == [
-        r.getMessage() for r in reruns
-    ]
-    assert [1, 2] == [r.sched_attempt for r in reruns]
+    assert [
+        "running queued cycle request (attempt 1)",
+        "running queued cycle request (attempt 2)",
+    ] == [r.getMessage() for r in reruns]
+    assert [1, 2] == [vars(r)["sched_attempt"] for r in reruns]
 
 
 def test_run_or_skip_serves_queued_demand_too(directory: str) -> None:
@@ -230,12 +230,16 @@ def test_rerun_cap_defers_demand(directory: str, caplog: pytest.LogCaptureFixtur
     assert 1 == other.pending()
     warning = caplog.records[-1]
     assert logging.WARNING == warning.levelno
-    assert "rerun cap reached; deferring queued demand (8 reruns, 1 pending)" == warning.getMessage()
-    assert (8, 1) == (warning.sched_reruns, warning.sched_pending)
+    assert (
+        "rerun cap reached; deferring queued demand (8 reruns, 1 pending)" == warning.getMessage()
+    )
+    assert (8, 1) == (vars(warning)["sched_reruns"], vars(warning)["sched_pending"])
     # The next acquisition's run satisfies the deferred demand.
     caplog.clear()
     assert Outcome.RAN == other.run(lambda: None)
-    assert "stale queued-run marker cleared at startup (1 pending)" == caplog.records[0].getMessage()
+    assert (
+        "stale queued-run marker cleared at startup (1 pending)" == caplog.records[0].getMessage()
+    )
     assert 0 == other.pending()
 
 
@@ -565,7 +569,7 @@ def test_garbage_holder_line_does_not_matter(directory: str) -> None:
 
 def test_no_descriptor_leaks(directory: str, hold: Callable[[], Lock]) -> None:
     """Every path (ran, reruns, queued, discarded, skipped, errors) closes what it opens."""
-    before = sorted(os.listdir("/proc/self/fd"))
+    before = sorted(p.name for p in Path("/proc/self/fd").iterdir())
     ex = Exclusive(directory)
     other = Exclusive(directory)
     ex.run(lambda: other.run(lambda: None))
@@ -576,4 +580,4 @@ def test_no_descriptor_leaks(directory: str, hold: Callable[[], Lock]) -> None:
     ex.run(lambda: None)
     ex.run_or_skip(lambda: None)
     holder.unlock()
-    assert before == sorted(os.listdir("/proc/self/fd"))
+    assert before == sorted(p.name for p in Path("/proc/self/fd").iterdir())

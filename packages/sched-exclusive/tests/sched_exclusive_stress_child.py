@@ -1,0 +1,168 @@
+"""A child process of the stress test: fires requests and journals every step.
+
+Usage: ``python -u sched_exclusive_stress_child.py DIR JOURNAL TAG CAPACITY SEED MODE [COUNT]``
+
+The journal is one append-only file shared by every process. Each line is
+written with a single ``write(2)`` on an ``O_APPEND`` descriptor, so lines
+never interleave and their order in the file is the order they happened:
+
+* ``start TAG`` / ``end TAG``: a job began / finished (written inside the job);
+* ``cnt TAG N M``: a counter transaction changed N into M, written inside the
+  transaction (under the counter's flock), so its place in the file is the
+  transaction's place in the counter's history;
+* ``log TAG MESSAGE``: a coalescing log line of WARNING level or above;
+* ``res TAG OUTCOME``: a call returned.
+
+Modes: ``storm`` waits for ``go`` on stdin, fires COUNT requests (random
+``run``/``run_or_skip``, random short jobs) and prints ``done``; ``holder``
+and ``requester`` serve phase 2 (see the test), one command line at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+
+from sched_exclusive import Exclusive, ExclusiveError, Outcome
+from sched_exclusive._files import FileBackend
+from sched_lock import Lock
+
+
+class Journal:
+    def __init__(self, path: str, tag: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.tag = tag
+
+    def write(self, *words: object) -> None:
+        os.write(
+            self.fd, (" ".join([str(words[0]), self.tag, *map(str, words[1:])]) + "\n").encode()
+        )
+
+
+class JitteredLease:
+    def __init__(self, inner: Lock, jitter: Callable[[], None]) -> None:
+        self.inner = inner
+        self.jitter = jitter
+
+    def unlock(self) -> None:
+        self.jitter()  # widen the window between the last look and the release
+        self.inner.unlock()
+        self.jitter()  # and the one between the release and the look after it
+
+
+class Journaled:
+    """The real backend, journaling each counter change inside its transaction.
+
+    It also waits a random few microseconds after each failed probe and
+    after each release, which widens the race windows the rules exist for
+    (a request between its probe and its increment; a holder around its
+    release) so that the races happen often.
+    """
+
+    def __init__(self, directory: str, journal: Journal, rng: random.Random) -> None:
+        self.inner = FileBackend(directory)
+        self.journal = journal
+        self.rng = rng
+
+    def jitter(self) -> None:
+        spin(self.rng.randrange(0, 80))
+
+    def try_acquire(self) -> JitteredLease | None:
+        lock = self.inner.try_acquire()
+        if lock is None:
+            self.jitter()
+            return None
+        return JitteredLease(lock, self.jitter)
+
+    def read_counter(self) -> int:
+        return self.inner.read_counter()
+
+    def update_counter(self, fn: Callable[[int], int]) -> int:
+        def journaled(count: int) -> int:
+            after = fn(count)
+            if after != count:
+                self.journal.write("cnt", count, after)
+            return after
+
+        return self.inner.update_counter(journaled)
+
+
+class JournalHandler(logging.Handler):
+    def __init__(self, journal: Journal) -> None:
+        super().__init__(logging.WARNING)
+        self.journal = journal
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.journal.write("log", record.getMessage())
+
+
+def spin(microseconds: int) -> None:
+    """Busy-wait: sleeps are too coarse to place a request inside a release."""
+    deadline = time.perf_counter_ns() + microseconds * 1000
+    while time.perf_counter_ns() < deadline:
+        pass
+
+
+def main() -> None:
+    directory, journal_path, tag, capacity, seed, mode = sys.argv[1:7]
+    count = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    rng = random.Random(int(seed))
+    journal = Journal(journal_path, tag)
+    logger = logging.getLogger(f"stress.{tag}")
+    logger.addHandler(JournalHandler(journal))
+    logger.propagate = False
+    ex = Exclusive(directory, logger=logger, queue_capacity=int(capacity))
+    ex._backend = Journaled(directory, journal, random.Random(rng.random()))
+
+    def call(queue: bool, job: Callable[[], None]) -> None:
+        try:
+            outcome = ex.run(job) if queue else ex.run_or_skip(job)
+        except ExclusiveError as exc:
+            outcome = exc.outcome
+            if outcome in (Outcome.NONE, Outcome.QUEUED):
+                raise
+        journal.write("res", outcome)
+        print(outcome, flush=True)
+
+    def short_job() -> None:
+        journal.write("start")
+        spin(rng.randrange(0, 1500))
+        if rng.random() < 0.1:
+            journal.write("end")
+            raise RuntimeError("a failing run")
+        journal.write("end")
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command[0] == "go" and mode == "storm":
+            for _ in range(count):
+                call(rng.random() < 0.7, short_job)
+                time.sleep(rng.random() * 0.002)  # spread the calls; not an ordering device
+            print("done", flush=True)
+        elif command[0] == "go" and mode == "holder":
+            delay = int(command[1])
+
+            def ending_job(delay: int = delay) -> None:
+                journal.write("start")
+                print("ending", flush=True)
+                spin(delay)
+                journal.write("end")
+
+            call(True, ending_job)
+        elif command[0] == "go" and mode == "requester":
+            spin(int(command[1]))
+
+            def plain_job() -> None:
+                journal.write("start")
+                journal.write("end")
+
+            call(True, plain_job)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The public surface: exports, final classes, outcome strings, errors, arguments."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+from pathlib import Path
+
+import pytest
+
+import sched_exclusive
+from sched_exclusive import CoordinationError, Exclusive, ExclusiveError, Outcome, RunError
+
+
+def test_all_lists_exactly_the_public_names() -> None:
+    """``__all__`` matches the public names the package really exports."""
+    public = {
+        name
+        for name, value in vars(sched_exclusive).items()
+        if not name.startswith("_") and not inspect.ismodule(value) and name != "annotations"
+    }
+    assert sorted(public) == sorted(sched_exclusive.__all__)
+
+
+def test_version_comes_from_the_metadata() -> None:
+    """``__version__`` is the installed distribution's version."""
+    from importlib.metadata import version
+
+    assert version("sched-exclusive") == sched_exclusive.__version__
+    with pytest.raises(AttributeError):
+        _ = sched_exclusive.no_such_name
+
+
+def test_concrete_classes_are_final() -> None:
+    """Concrete classes cannot be subclassed (``typing.final``)."""
+    for cls in (Exclusive, RunError, CoordinationError):
+        assert getattr(cls, "__final__", False), cls
+
+
+def test_outcome_strings_are_the_go_names() -> None:
+    """Outcomes print as the Go library's ``Outcome.String`` names."""
+    expected = ["none", "ran", "ran-queued", "queued", "discarded", "skipped", "gated"]
+    assert expected == [str(o) for o in Outcome]
+    assert Outcome.RAN_QUEUED is Outcome("ran-queued")
+    assert "outcome: ran" == f"outcome: {Outcome.RAN}"
+
+
+def test_file_names_are_the_go_names() -> None:
+    """The two files are named as in the Go library."""
+    assert ("cycle.lock", "cycle.queued") == (sched_exclusive.LOCK_NAME, sched_exclusive.QUEUE_NAME)
+
+
+def test_paths_and_repr(tmp_path: Path) -> None:
+    """The instance tells its directory, file paths and capacity."""
+    ex = Exclusive(tmp_path, queue_capacity=2)
+    assert (str(tmp_path), str(tmp_path / "cycle.lock"), str(tmp_path / "cycle.queued")) == (
+        ex.dir,
+        ex.lock_path,
+        ex.queue_path,
+    )
+    assert f"Exclusive({str(tmp_path)!r}, queue_capacity=2)" == repr(ex)
+    assert "/x/cycle.lock" == Exclusive("/x/").lock_path
+
+
+@pytest.mark.parametrize("capacity", [1.0, "2", True, None])
+def test_capacity_must_be_an_int(tmp_path: Path, capacity: object) -> None:
+    """A capacity that is not an int (bool included) is a TypeError."""
+    with pytest.raises(TypeError, match="queue_capacity"):
+        Exclusive(tmp_path, queue_capacity=capacity)  # type: ignore[arg-type]
+
+
+def test_gate_must_be_callable(tmp_path: Path) -> None:
+    """A gate that cannot be called is a TypeError at construction."""
+    with pytest.raises(TypeError, match="gate"):
+        Exclusive(tmp_path, gate=True)  # type: ignore[arg-type]
+
+
+def test_errors_subclass_the_builtins_they_mean() -> None:
+    """RunError is an ExceptionGroup, CoordinationError an OSError; both are ExclusiveErrors."""
+    assert issubclass(RunError, ExceptionGroup)
+    assert issubclass(RunError, ExclusiveError)
+    assert issubclass(CoordinationError, OSError)
+    assert issubclass(CoordinationError, ExclusiveError)
+
+
+def test_run_error_keeps_its_outcome_through_except_star() -> None:
+    """``except*`` subgroups are RunErrors with the same outcome."""
+    group = RunError("cycle run failed", [ValueError("a"), KeyError("b")], Outcome.RAN_QUEUED)
+    seen: list[tuple[type[BaseException], BaseExceptionGroup[Exception]]] = []
+    try:
+        raise group
+    except* ValueError as values:
+        seen.append((ValueError, values))
+    except* KeyError as keys:
+        seen.append((KeyError, keys))
+    assert [
+        (ValueError, RunError, Outcome.RAN_QUEUED, 1),
+        (KeyError, RunError, Outcome.RAN_QUEUED, 1),
+    ] == [
+        (kind, type(sub), getattr(sub, "outcome", None), len(sub.exceptions)) for kind, sub in seen
+    ]
+
+
+def test_errors_pickle_with_their_outcome() -> None:
+    """Both errors survive pickling with their outcome and details."""
+    group = RunError("cycle run failed", [ValueError("a")], Outcome.RAN)
+    copy = pickle.loads(pickle.dumps(group))
+    assert (RunError, "cycle run failed", Outcome.RAN) == (type(copy), copy.message, copy.outcome)
+    assert ["a"] == [str(e) for e in copy.exceptions]
+    error = CoordinationError.from_os_error(
+        FileNotFoundError(2, "No such file or directory", "/d/cycle.lock"), Outcome.QUEUED
+    )
+    copy2 = pickle.loads(pickle.dumps(error))
+    assert (2, "/d/cycle.lock", Outcome.QUEUED) == (copy2.errno, copy2.filename, copy2.outcome)
+    assert str(error) == str(copy2)
+
+
+def test_coordination_error_without_errno() -> None:
+    """An OSError without errno still converts, keeping its text."""
+    error = CoordinationError.from_os_error(OSError("odd failure"), Outcome.NONE)
+    assert ("odd failure", Outcome.NONE) == (str(error), error.outcome)
