@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sched_lock import SlotFile, try_lock
+from sched_lock._holder import format_holder_line
 
 Op = Callable[[], None]
 
@@ -52,8 +53,8 @@ def filesystem_type(directory: str) -> str:
     return kind
 
 
-def holder_line(ns: int) -> bytes:
-    """The floor's timestamp formatting: Go's RFC3339Nano, written out plainly."""
+def holder_line_plain(ns: int) -> bytes:
+    """Go's RFC3339Nano line, formatted plainly on every call."""
     seconds, fraction = divmod(ns, 1_000_000_000)
     t = time.gmtime(seconds)
     line = b"%04d-%02d-%02dT%02d:%02d:%02d" % (
@@ -69,14 +70,29 @@ def holder_line(ns: int) -> bytes:
     return line + b"Z\n"
 
 
+_second = [-1]
+_prefix = [b""]
+
+
+def holder_line(ns: int) -> bytes:
+    """The floor's formatting: the date part formatted once per second, by hand."""
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    if _second[0] != seconds:
+        _prefix[0] = b"%04d-%02d-%02dT%02d:%02d:%02d" % time.gmtime(seconds)[:6]
+        _second[0] = seconds
+    if fraction:
+        return b"%s.%sZ\n" % (_prefix[0], (b"%09d" % fraction).rstrip(b"0"))
+    return _prefix[0] + b"Z\n"
+
+
 # --- floors: the same system calls, by hand ---------------------------------
 
 
-def floor_lock(path: str) -> Op:
+def floor_lock(path: str, *, format_line: Callable[[int], bytes] = holder_line) -> Op:
     def op() -> None:
         fd = os.open(path, OPEN_FLAGS, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        line = holder_line(time.time_ns())
+        line = format_line(time.time_ns())
         os.pwrite(fd, line, 0)
         os.ftruncate(fd, len(line))
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -264,6 +280,9 @@ def bench_directory(directory: str, rounds: int, count: int, peers: bool) -> lis
             "floor: open+flock+pwrite+ftruncate+close": floor_lock(p("floor.lock")),
             "sched_lock try_lock+unlock": ours_lock(p("ours.lock")),
             "sched_lock with try_lock()": ours_lock_with(p("ours-with.lock")),
+            "floor, date formatted on every call": floor_lock(
+                p("plain.lock"), format_line=holder_line_plain
+            ),
             "open+flock+close (no holder line)": floor_lock_bare(p("bare.lock")),
             "truncate-first holder line (the trap)": floor_lock_truncate_first(p("trunc.lock")),
         }
@@ -323,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-peers", action="store_true", help="skip filelock & co.")
     args = parser.parse_args(argv)
+    for ns in (0, 1_796_212_800_500_000_000, time.time_ns()):  # the floor writes our bytes
+        assert format_holder_line(ns) == holder_line(ns) == holder_line_plain(ns)
     rounds, count = (3, 300) if args.quick else (15, 2000)
     dirs = args.dirs or [tempfile.gettempdir(), "/dev/shm"]
     lines = [

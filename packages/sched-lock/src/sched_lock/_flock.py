@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 # umask, as the Go library does); close-on-exec so a child process never
 # inherits the descriptor and keeps the lock alive after we release it.
 OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+NOFOLLOW_FLAGS = OPEN_FLAGS | os.O_NOFOLLOW
 FILE_MODE = 0o644
 
 _open = os.open
@@ -39,7 +40,7 @@ _LOCK_UN = fcntl.LOCK_UN
 
 def open_flags(follow_symlinks: bool) -> int:
     """The ``os.open`` flags for a lock or slot file."""
-    return OPEN_FLAGS if follow_symlinks else OPEN_FLAGS | os.O_NOFOLLOW
+    return OPEN_FLAGS if follow_symlinks else NOFOLLOW_FLAGS
 
 
 def release(fd: int) -> None:
@@ -66,9 +67,11 @@ class Lock:
     released with a ``ResourceWarning``, like an unclosed file.
     """
 
-    __slots__ = ("_fd", "_path")
+    __slots__ = ("_fds", "_path")
 
-    _fd: int
+    # The descriptor, in a list so that unlock() takes it out atomically
+    # (list.pop): two threads unlocking at once can never close it twice.
+    _fds: list[int]
     _path: str
 
     def __init__(self) -> None:
@@ -82,16 +85,18 @@ class Lock:
     @property
     def locked(self) -> bool:
         """Whether this lock is still held (``unlock`` has not been called)."""
-        return self._fd >= 0
+        return bool(self._fds)
 
     def unlock(self) -> None:
         """Release the lock and close the file; calling it again does nothing.
 
         The file stays on disk (see the module documentation for why).
         """
-        fd = self._fd
-        if fd >= 0:
-            self._fd = -1
+        if self._fds:
+            try:
+                fd = self._fds.pop()
+            except IndexError:  # another thread got there first
+                return
             release(fd)
 
     def __enter__(self) -> Lock:
@@ -106,14 +111,14 @@ class Lock:
         self.unlock()
 
     def __del__(self) -> None:
-        if getattr(self, "_fd", -1) >= 0:
+        if getattr(self, "_fds", None):
             warnings.warn(
                 f"unreleased lock on {self._path!r}", ResourceWarning, stacklevel=1, source=self
             )
             self.unlock()
 
     def __repr__(self) -> str:
-        state = "locked" if self._fd >= 0 else "unlocked"
+        state = "locked" if self._fds else "unlocked"
         return f"<sched_lock.Lock {self._path!r} {state}>"
 
 
@@ -146,7 +151,7 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
     """
     name = path if type(path) is str else os.fspath(path)
     try:
-        fd = _open(name, OPEN_FLAGS if follow_symlinks else OPEN_FLAGS | os.O_NOFOLLOW, FILE_MODE)
+        fd = _open(name, OPEN_FLAGS if follow_symlinks else NOFOLLOW_FLAGS, FILE_MODE)
     except OSError as exc:
         raise wrap_error(exc, "open", name) from None
     try:
@@ -176,6 +181,6 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
         release(fd)
         raise
     lock: Lock = _new_lock(Lock)
-    lock._fd = fd
+    lock._fds = [fd]
     lock._path = name
     return lock

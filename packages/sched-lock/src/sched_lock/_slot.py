@@ -85,13 +85,15 @@ class SlotFile:
         :data:`MAX_SLOT_SIZE`) and returns the bytes to store, or ``None`` to
         store an empty payload. A result equal to its argument writes nothing,
         so ``slot.mutate(lambda b: b)`` is a read. ``fn`` runs under the lock:
-        keep it short. If it raises, nothing is written and the exception
-        propagates unchanged.
+        keep it short, and never call ``mutate`` on the same file from it (it
+        would wait for itself forever). If it raises, nothing is written and
+        the exception propagates unchanged.
 
-        A crash during the write leaves either the complete new content or an
-        empty slot, never the old content's tail behind shorter new content:
-        content that keeps or grows its length is written in place, and the
-        file is cleared first only when the content shrinks.
+        A crash during the write never leaves the old content's tail behind
+        shorter new content: content that keeps or grows its length is
+        written in place over the old, and the file is cleared first only
+        when the content shrinks, so a crash then leaves an empty slot or the
+        complete new content. A write that fails part-way empties the slot.
 
         Args:
             fn: the transaction, from the old content to the new.
