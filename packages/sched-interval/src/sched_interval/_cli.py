@@ -44,7 +44,8 @@ arguments:
   -h, --help       show this help and exit
 
 output:
-  "mode: M" and "interval: D" on standard output, then each warning as
+  "mode: M" and "interval: D" on standard output (in the external and once
+  modes D is the default, carried for reference), then each warning as
   "warning: MESSAGE" on standard error.
 
 exit status:

@@ -288,7 +288,7 @@ def resolve(
     else:
         extra["sched_value"] = _log_safe(raw)
         if error is not None:
-            extra["sched_error"] = _log_safe(error)
+            extra["sched_error"] = error  # Go's quoting: always printable ASCII
         warning = IntervalWarning(
             f"%s: {what} %r, using default %s", (name, raw, shown_default), extra
         )
@@ -366,10 +366,10 @@ def parse_interval(
     ``JOB_INTERVAL: cannot parse interval 'banana', using default 6h0m0s``,
     and carry their facts in ``extra``: ``sched_name``, ``sched_reason``
     (``unparseable``, ``negative``, ``below_minimum``, ``above_maximum``),
-    ``sched_mode``, ``sched_interval`` and ``sched_default`` (Go duration
-    strings), and, unless *redact_value*, ``sched_value`` (the raw value;
-    lone surrogates spelled as ``\\udcXX``) and ``sched_error`` (Go's parse
-    error).
+    ``sched_mode``, ``sched_interval`` (the cadence used, in Go form),
+    ``sched_default`` (on a fallback), and, unless *redact_value*,
+    ``sched_value`` (the raw value; lone surrogates spelled ``\\udcXX``) and
+    ``sched_error`` (Go's parse error, on an unparseable value).
 
     Args:
         raw: the value as read, for example from ``os.environ``; ``None``
