@@ -1,0 +1,193 @@
+"""The operator CLI: ``python -m sched_exclusive status DIR [--json]``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sched_exclusive_testkit import Child
+
+from sched_exclusive import Exclusive, Outcome
+from sched_exclusive.__main__ import main
+from sched_exclusive._status import format_rfc3339, format_seconds, lock_holders, status
+
+HOLDER = """
+import sys
+from sched_exclusive import Exclusive
+def job():
+    print("running", flush=True)
+    sys.stdin.readline()
+print(Exclusive(sys.argv[1]).run(job), flush=True)
+"""
+
+# Runs the CLI with an audit hook that records every flock(2) and every open
+# of cycle.lock, to prove the status command never takes the cycle lock.
+AUDITED = """
+import fcntl, sys
+seen = []
+def hook(event, args):
+    if event == "fcntl.flock":
+        seen.append(f"flock {args[1]}")
+    elif event == "open" and str(args[0]).endswith("cycle.lock"):
+        seen.append(f"open-lock {args[2]}")
+sys.addaudithook(hook)
+from sched_exclusive.__main__ import main
+code = main(["status", sys.argv[1], "--json"])
+print(seen, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    spawned: list[Child] = []
+    yield spawned
+    for child in spawned:
+        child.reap()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sched_exclusive", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_idle_directory_is_idle_and_untouched(tmp_path: Path) -> None:
+    """A fresh directory is idle with nothing queued, and the CLI creates no file."""
+    done = cli("status", str(tmp_path))
+    assert (0, f"{tmp_path}: idle; 0 queued requests\n") == (done.returncode, done.stdout)
+    assert [] == list(tmp_path.iterdir())
+
+
+def test_running_holder_is_reported_without_taking_the_lock(
+    tmp_path: Path, children: list[Child]
+) -> None:
+    """While another process runs a cycle: running, its pid, since when, the queue."""
+    holder = Child(HOLDER, str(tmp_path))
+    children.append(holder)
+    assert "running" == holder.read_line()
+    assert Outcome.QUEUED == Exclusive(tmp_path).run(lambda: None)
+    done = subprocess.run(
+        [sys.executable, "-c", AUDITED, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert 0 == done.returncode, done.stderr
+    report = json.loads(done.stdout)
+    assert ("running", 1, [holder.process.pid]) == (
+        report["state"],
+        report["pending"],
+        report["holder_pids"],
+    )
+    since = datetime.fromisoformat(report["since"])
+    assert abs((datetime.now(UTC) - since).total_seconds()) < 600
+    assert report["running_for"].endswith("s")
+    # Only the counter's shared flock; the lock file opened read-only, never locked.
+    assert f"['flock {1}', 'open-lock {os.O_RDONLY | os.O_CLOEXEC}']" == done.stderr.strip()
+    text = cli("status", str(tmp_path)).stdout
+    assert text.startswith(f"{tmp_path}: running since ")
+    assert text.endswith(f", pid {holder.process.pid}; 1 queued request\n")
+    holder.write_line("")
+    assert "running" == holder.read_line()  # the queued rerun
+    holder.write_line("")
+    assert "ran-queued" == holder.read_line()
+    report = json.loads(cli("status", str(tmp_path), "--json").stdout)
+    assert ("idle", 0, None) == (report["state"], report["pending"], report["running_for"])
+
+
+def test_missing_directory_fails(tmp_path: Path) -> None:
+    """A missing directory: exit status 1 and a message naming it."""
+    done = cli("status", str(tmp_path / "nope"))
+    assert 1 == done.returncode
+    assert str(tmp_path / "nope") in done.stderr
+
+
+def test_not_a_directory_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file where the directory should be: exit status 1."""
+    (tmp_path / "file").write_text("")
+    assert 1 == main(["status", str(tmp_path / "file")])
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """No command is a usage error."""
+    with pytest.raises(SystemExit) as caught:
+        main([])
+    assert 2 == caught.value.code
+    capsys.readouterr()
+
+
+def test_garbage_files_read_as_unknown_and_zero(tmp_path: Path) -> None:
+    """Garbage holder and counter files: no start time, zero pending, no error."""
+    (tmp_path / "cycle.lock").write_bytes(b"\xff garbage")
+    (tmp_path / "cycle.queued").write_bytes(b"-7\n")
+    snapshot = status(str(tmp_path))
+    assert ("idle", None, 0) == (snapshot.state, snapshot.since, snapshot.pending)
+
+
+LOCKS = """1: POSIX  ADVISORY  WRITE 10 fe:00:{ino} 0 EOF
+2: FLOCK  ADVISORY  READ  11 fe:00:{ino} 0 EOF
+3: FLOCK  ADVISORY  WRITE 12 fe:01:{ino} 0 EOF
+4: FLOCK  ADVISORY  WRITE {pid} {major:02x}:{minor:02x}:{ino} 0 EOF
+4: -> FLOCK  ADVISORY  WRITE 13 {major:02x}:{minor:02x}:{ino} 0 EOF
+garbage line
+5: FLOCK  ADVISORY  WRITE x {major:02x}:{minor:02x}:{ino} 0 EOF
+"""
+
+
+@pytest.mark.parametrize(("pid", "expected"), [(1234, (1234,)), (0, (0,))])
+def test_lock_table_parsing(tmp_path: Path, pid: int, expected: tuple[int, ...]) -> None:
+    """Only a granted FLOCK WRITE on the file's device and inode counts; waiters do not."""
+    lock = tmp_path / "cycle.lock"
+    lock.write_text("")
+    st_ = lock.stat()
+    table = tmp_path / "locks"
+    table.write_text(
+        LOCKS.format(
+            ino=st_.st_ino, pid=pid, major=os.major(st_.st_dev), minor=os.minor(st_.st_dev)
+        )
+    )
+    assert expected == lock_holders(str(lock), str(table))
+    table.write_text("")
+    assert () == lock_holders(str(lock), str(table))
+    assert lock_holders(str(lock), str(tmp_path / "absent")) is None
+
+
+def test_unknown_without_a_lock_table(tmp_path: Path) -> None:
+    """Where there is no /proc/locks (macOS), the state is "unknown", the rest still shown."""
+    (tmp_path / "cycle.queued").write_bytes(b"1\n")
+    (tmp_path / "cycle.lock").write_bytes(b"")
+    snapshot = status(str(tmp_path), table=str(tmp_path / "absent"))
+    assert ("unknown", 1) == (snapshot.state, snapshot.pending)
+    assert f"{tmp_path}: unknown; 1 queued request" == snapshot.describe()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (59, "59s"), (60, "1m0s"), (83, "1m23s"), (3600, "1h0m0s"), (90061, "25h1m1s")],
+)
+def test_durations_read_as_go_prints_them(seconds: int, text: str) -> None:
+    """Running times print as Go's Duration.String of whole seconds."""
+    assert text == format_seconds(seconds)
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_rfc3339_round_trips(instant: datetime) -> None:
+    """The "since" timestamp is RFC 3339 with Z, and parses back to the same instant."""
+    text = format_rfc3339(instant)
+    assert text.endswith("Z")
+    assert instant == datetime.fromisoformat(text)
