@@ -1,13 +1,15 @@
 """The package's exception hierarchy and its one errno classifier.
 
-``LockError(OSError)`` is the root: every failure this package raises is one,
-and carries ``errno``, ``strerror`` (prefixed with the operation that failed)
+``LockError(OSError)`` is the root: every system-call failure this package
+raises is one (bad arguments stay ``TypeError`` / ``ValueError``), and carries ``errno``, ``strerror`` (prefixed with the operation that failed)
 and ``filename`` (the lock or slot path). ``SlotFileError(LockError)`` adds
 ``before``. So that ``except FileNotFoundError`` and ``except PermissionError``
 keep working, the raised instance is of a private subclass that also derives
 from the matching builtin (``FileNotFoundError``, ``PermissionError``,
 ``IsADirectoryError``, ``NotADirectoryError``); every other errno gets the
-public class itself. All of them pickle.
+public class itself. All of them pickle. These subclasses (``LockPermissionError``,
+``SlotFileFileNotFoundError``...) are not exported: catch the public class or
+the builtin.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def _register() -> None:
     }
     for base in (LockError, SlotFileError):
         for builtin in _BUILTINS:
-            name = f"_{base.__name__}_{builtin.__name__}"
+            # LockPermissionError, SlotFileFileNotFoundError...: read well in tracebacks
+            name = base.__name__.removesuffix("Error") + builtin.__name__
             cls: type[LockError] = type(name, (base, builtin), {"__module__": __name__})
             globals()[name] = cls  # a module-level name, so the error pickles
             for number in mapping[builtin]:
