@@ -1,15 +1,16 @@
 """The package's exception hierarchy and its one errno classifier.
 
 ``LockError(OSError)`` is the root: every system-call failure this package
-raises is one (bad arguments stay ``TypeError`` / ``ValueError``), and carries ``errno``, ``strerror`` (prefixed with the operation that failed)
-and ``filename`` (the lock or slot path). ``SlotFileError(LockError)`` adds
+raises is one (bad arguments stay ``TypeError`` / ``ValueError``), and carries
+``errno``, ``strerror`` (prefixed with the operation that failed) and
+``filename`` (the lock or slot path). ``SlotFileError(LockError)`` adds
 ``before``. So that ``except FileNotFoundError`` and ``except PermissionError``
-keep working, the raised instance is of a private subclass that also derives
-from the matching builtin (``FileNotFoundError``, ``PermissionError``,
+keep working, the raised instance is of a subclass that also derives from the
+matching builtin (``FileNotFoundError``, ``PermissionError``,
 ``IsADirectoryError``, ``NotADirectoryError``); every other errno gets the
-public class itself. All of them pickle. These subclasses (``LockPermissionError``,
-``SlotFileFileNotFoundError``...) are not exported: catch the public class or
-the builtin.
+public class itself. All of them pickle. These subclasses
+(``LockPermissionError``, ``SlotFileFileNotFoundError``...) are not exported:
+catch the public class or the builtin.
 """
 
 from __future__ import annotations
