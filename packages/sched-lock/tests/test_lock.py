@@ -510,3 +510,39 @@ def test_write_failure_releases(lock_path: str, monkeypatch: pytest.MonkeyPatch)
     assert "write holder line: Input/output error" == info.value.strerror
     monkeypatch.undo()
     must_lock(lock_path).unlock()
+
+
+def test_holders_never_overlap(tmp_path: Path, spawn: Spawn) -> None:
+    """Several processes hammering try_lock: the journal of critical sections shows
+    every start followed by its own end, never two holders at once."""
+    lock_path, journal = str(tmp_path / "cycle.lock"), str(tmp_path / "journal")
+    code = f"""
+import os, sys
+from sched_lock import try_lock
+journal = os.open({journal!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+print("ready")
+sys.stdin.readline()
+held = 0
+for _ in range(400):
+    lock = try_lock({lock_path!r})
+    if lock is None:
+        continue
+    with lock:
+        os.write(journal, b"S %d\\n" % os.getpid())
+        os.write(journal, b"E %d\\n" % os.getpid())
+        held += 1
+print(held)
+"""
+    children = [spawn(code) for _ in range(4)]
+    for child in children:
+        assert "ready" == child.read_line()
+    for child in children:
+        child.send("go")
+    held = sum(int(child.read_line()) for child in children)
+    for child in children:
+        assert 0 == child.wait()
+    assert held > 0
+    entries = Path(journal).read_bytes().splitlines()
+    assert 2 * held == len(entries)
+    for start, end in zip(entries[::2], entries[1::2], strict=True):
+        assert start.replace(b"S", b"E", 1) == end
