@@ -93,6 +93,45 @@ def bench_imports(rounds: int) -> str:
     return "\n".join(lines)
 
 
+def _importtime_us(module: str) -> int:
+    """The cumulative time ``-X importtime`` reports for importing *module* alone."""
+    result = subprocess.run(
+        [sys.executable, "-I", "-X", "importtime", "-c", f"import {module}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    total = 0
+    for line in result.stderr.splitlines():
+        # "import time:   self |  cumulative | name": top-level imports are not indented.
+        parts = line.split("|")
+        if len(parts) == 3 and parts[2].rstrip() == f" {module}":
+            total += int(parts[1])
+    return total
+
+
+def bench_importtime(rounds: int) -> str:
+    """The interpreter's own account of each import, which other load disturbs less."""
+    modules = ["logging", "sched_interval"]
+    samples: dict[str, list[int]] = {m: [] for m in modules}
+    for _ in range(rounds):
+        for module in modules:
+            samples[module].append(_importtime_us(module))
+    medians = {m: statistics.median(v) for m, v in samples.items()}
+    lines = [
+        f"### `python -X importtime` cumulative import time (median of {rounds})",
+        "",
+        "| module | cumulative | ratio to `logging` |",
+        "|---|---:|---:|",
+    ]
+    for module in modules:
+        lines.append(
+            f"| `{module}` | {medians[module] / 1000:.1f} ms"
+            f" | {medians[module] / medians['logging']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def _rate(func: object, arg: str, batch: int, rounds: int) -> float:
     """Median calls per second of ``func(arg)`` over *rounds* batches."""
     call = func  # bound once; the loop below is the measured code
@@ -163,6 +202,8 @@ def main() -> None:
             " Absolute times drift between runs and machines; the ratios carry over.",
             "",
             bench_imports(rounds),
+            "",
+            bench_importtime(rounds),
             "",
             bench_throughput(batch, batch_rounds),
             "",
