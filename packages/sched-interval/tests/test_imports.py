@@ -99,6 +99,13 @@ def test_all_lists_exactly_the_public_names() -> None:
         assert getattr(sched_interval, name) is not None
 
 
+def test_public_classes_live_in_the_package_namespace() -> None:
+    """Tracebacks, reprs and pickles name the classes where users import them from."""
+    assert {"sched_interval"} == {
+        cls.__module__ for cls in (DurationParseError, IntervalError, Mode, Schedule)
+    }
+
+
 def test_version_comes_from_metadata() -> None:
     """__version__ is the installed distribution's version, read lazily."""
     from importlib.metadata import version

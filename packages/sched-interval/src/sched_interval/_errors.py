@@ -14,6 +14,8 @@ class IntervalError(ValueError):
     `ValueError`: ``except ValueError`` keeps working.
     """
 
+    __module__ = "sched_interval"  # where users import it from, as tracebacks show
+
 
 @final
 class DurationParseError(IntervalError):
@@ -24,6 +26,8 @@ class DurationParseError(IntervalError):
     Attributes:
         text: the string that failed to parse, as given.
     """
+
+    __module__ = "sched_interval"
 
     def __init__(self, message: str, *, text: str = "") -> None:
         super().__init__(message)

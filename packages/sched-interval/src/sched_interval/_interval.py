@@ -72,6 +72,8 @@ _SENTINELS = frozenset({"off", "disabled"})
 class Mode(StrEnum):
     """How a container job is scheduled; each member prints as its Go name."""
 
+    __module__ = "sched_interval"  # where users import it from
+
     #: Run once at startup, then on every interval tick (a positive duration,
     #: and the fallback for empty, negative and unparseable values).
     BUILTIN = "built-in"
@@ -100,6 +102,7 @@ class Schedule:
         ValueError: *mode* is not a mode.
     """
 
+    __module__ = "sched_interval"  # where users import it from
     __slots__ = ("_interval", "_mode")
     __match_args__ = ("interval", "mode")
 
