@@ -78,9 +78,7 @@ class Daemon:
 
 
 @contextlib.asynccontextmanager
-async def daemon(
-    run: Callable[..., Any] | None = None, **options: Any
-) -> AsyncIterator[Daemon]:
+async def daemon(run: Callable[..., Any] | None = None, **options: Any) -> AsyncIterator[Daemon]:
     """Run a `Daemon` in a fresh socket directory; shut it down on exit."""
     with socket_dir() as tmp:
         d = Daemon(str(Path(tmp) / "d.sock"), run or ok_run, **options)
@@ -183,7 +181,15 @@ def go_string_model(value: str) -> str:
     surrogate (an undecodable byte) becomes ``\\ufffd`` as Go writes each
     invalid UTF-8 byte.
     """
-    short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    short = {
+        '"': '\\"',
+        "\\": "\\\\",
+        "\b": "\\b",
+        "\f": "\\f",
+        "\n": "\\n",
+        "\r": "\\r",
+        "\t": "\\t",
+    }
     out = ['"']
     for ch in value:
         code = ord(ch)
@@ -230,7 +236,11 @@ json_values = st.recursive(
     | st.integers(min_value=-(2**63), max_value=2**63)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=("Cs",))),
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=8), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",)), max_size=8), children, max_size=5
+        )
+    ),
     max_leaves=20,
 )

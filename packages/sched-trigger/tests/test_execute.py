@@ -182,7 +182,9 @@ def test_cancelling_an_idle_executor_closes_the_queue() -> None:
 
     async def scenario() -> Queue[int]:
         queue: Queue[int] = Queue(1)
-        executor = asyncio.create_task(execute(queue, lambda s, t, p: Outcome(True), stop=asyncio.Event()))
+        executor = asyncio.create_task(
+            execute(queue, lambda s, t, p: Outcome(True), stop=asyncio.Event())
+        )
         await asyncio.sleep(0)
         executor.cancel()
         with pytest.raises(asyncio.CancelledError):

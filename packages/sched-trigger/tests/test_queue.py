@@ -256,4 +256,6 @@ def test_outcome_value_type() -> None:
         Outcome(True).ok = False  # type: ignore[misc]
     with pytest.raises(ValueError, match="duration"):
         Outcome(True, duration=float("nan"))
-    assert "Outcome(ok=False, reason='x', duration=datetime.timedelta(0))" == repr(Outcome(False, "x"))
+    assert "Outcome(ok=False, reason='x', duration=datetime.timedelta(0))" == repr(
+        Outcome(False, "x")
+    )

@@ -65,7 +65,15 @@ def test_no_newline_needed_and_trailing_bytes_ignored() -> None:
 
 @pytest.mark.parametrize(
     "chunks",
-    [[b"hello\n"], [b"}"], [b'{"a": nope}'], [b"NaN\n"], [b'{"a": Infinity}'], [b"[1,]\n"], [b"1.x\n"]],
+    [
+        [b"hello\n"],
+        [b"}"],
+        [b'{"a": nope}'],
+        [b"NaN\n"],
+        [b'{"a": Infinity}'],
+        [b"[1,]\n"],
+        [b"1.x\n"],
+    ],
 )
 def test_garbage_is_undecodable_at_once(chunks: list[bytes]) -> None:
     """Garbage is refused as soon as it shows, without waiting for EOF."""
@@ -73,7 +81,9 @@ def test_garbage_is_undecodable_at_once(chunks: list[bytes]) -> None:
         feed_all(chunks)
 
 
-@pytest.mark.parametrize("chunks", [[b'{"a": "xy'], [b'{"a": 1.'], [b"tru"], [b"[1,"], [b'"\\u12'], [b"   "]])
+@pytest.mark.parametrize(
+    "chunks", [[b'{"a": "xy'], [b'{"a": 1.'], [b"tru"], [b"[1,"], [b'"\\u12'], [b"   "]]
+)
 def test_truncated_requests_wait_then_fail_at_eof(chunks: list[bytes]) -> None:
     """A valid prefix waits for more; at EOF it is undecodable."""
     assert (False, None) == feed_all(chunks)
@@ -145,8 +155,18 @@ def test_dataclass_payload_decoding_is_go_lenient() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [[], 5, {"repos": "a"}, {"count": "1"}, {"count": 1.5}, {"flag": 1}, {"count": True},
-     {"inner": []}, {"env": {"K": 1}}, {"repos": [1]}],
+    [
+        [],
+        5,
+        {"repos": "a"},
+        {"count": "1"},
+        {"count": 1.5},
+        {"flag": 1},
+        {"count": True},
+        {"inner": []},
+        {"env": {"K": 1}},
+        {"repos": [1]},
+    ],
 )
 def test_dataclass_payload_type_mismatch_is_undecodable(value: object) -> None:
     """A value of the wrong JSON type is refused, as Go's Unmarshal refuses it."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sched_trigger_testkit import go_event_model, go_string_model, json_values, wire_text
+from sched_trigger_testkit import go_event_model, json_values, wire_text
 
 from sched_trigger import Event
 from sched_trigger._wire import encode_event, encode_payload, go_quote
@@ -48,7 +48,9 @@ def test_lone_surrogates_become_replacement_escapes() -> None:
 
 
 @given(kind=wire_text, reason=wire_text, duration_ms=st.integers(0, 2**53), ok=st.booleans())
-def test_event_encoding_matches_go_model(kind: str, reason: str, duration_ms: int, ok: bool) -> None:
+def test_event_encoding_matches_go_model(
+    kind: str, reason: str, duration_ms: int, ok: bool
+) -> None:
     """Every event encodes exactly as the independent model of Go's encoder."""
     expected = go_event_model(kind, reason, duration_ms, ok)
     assert expected == encode_event(kind, ok, reason, duration_ms)
@@ -153,8 +155,14 @@ def _go_binary(tmp: Path) -> Path:
         check=True,
         capture_output=True,
         timeout=120,
-        env={"GOCACHE": str(tmp / "cache"), "GOPATH": str(tmp / "gopath"), "HOME": str(tmp),
-             "PATH": "/usr/bin:/bin", "GOFLAGS": "-mod=mod", "GO111MODULE": "off"},
+        env={
+            "GOCACHE": str(tmp / "cache"),
+            "GOPATH": str(tmp / "gopath"),
+            "HOME": str(tmp),
+            "PATH": "/usr/bin:/bin",
+            "GOFLAGS": "-mod=mod",
+            "GO111MODULE": "off",
+        },
     )
     return binary
 
@@ -182,8 +190,14 @@ def test_encoding_matches_the_real_go_encoder() -> None:
         samples = [
             bytes(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(300)
         ] + [c.encode() for c in "  é☃😀�"]
-        reasons = [*samples,
-            b"<>&", "\u2028\u2029".encode(), b"\xff\xfe", b"\xed\xa0\x80", b"\xe2\x82A", b"\x7f"
+        reasons = [
+            *samples,
+            b"<>&",
+            "\u2028\u2029".encode(),
+            b"\xff\xfe",
+            b"\xed\xa0\x80",
+            b"\xe2\x82A",
+            b"\x7f",
         ]
         go_out = subprocess.run(
             [str(binary)],

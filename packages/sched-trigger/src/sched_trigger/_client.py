@@ -13,7 +13,7 @@ import socket
 import time
 from datetime import timedelta
 
-from ._errors import ConnectionLost, SendFailed, SubmitTimeout, Unreachable
+from ._errors import ConnectionLost, SendFailed, SubmitTimeout, TriggerError, Unreachable
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
 
 TYPE_CHECKING = False
@@ -138,6 +138,12 @@ def submit(
         except TimeoutError:
             raise SubmitTimeout(f"timed out sending the request to {path}") from None
         except OSError as exc:
+            # The daemon may have answered and hung up mid-send (an oversized
+            # request): its answer is the better report.
+            try:
+                return _read_events(sock, path, deadline, on_event)
+            except TriggerError:
+                pass
             raise SendFailed(exc.errno, exc.strerror or "cannot send", path) from exc
         return _read_events(sock, path, deadline, on_event)
     finally:

@@ -27,7 +27,19 @@ def _panic(exc: BaseException) -> str:
     return f"panic: {text}" if text else f"panic: {type(exc).__name__}"
 
 
+def _is_async(run: object) -> bool:
+    """Whether *run* is a coroutine function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(
+        getattr(run, "__call__", None)
+    )
+
+
 def _checked(outcome: object) -> Outcome:
+    if inspect.iscoroutine(outcome):
+        outcome.close()
+        raise TypeError(
+            "run returned a coroutine: make run itself an async def to run it on the loop"
+        )
     if not isinstance(outcome, Outcome):
         raise TypeError(f"run returned {type(outcome).__name__}, not an Outcome")
     return outcome
@@ -72,7 +84,7 @@ async def execute(
         BaseException: whatever *run* raised (a non-`Outcome` return value is
             a ``TypeError``), or the cancellation.
     """
-    is_async = inspect.iscoroutinefunction(run)
+    is_async = _is_async(run)
     thread_stop = threading.Event()
     mirror: asyncio.Task[bool] | None = None
     pool: ThreadPoolExecutor | None = None

@@ -98,11 +98,7 @@ class RequestReader:
         # closing byte), else only each time the request doubled, so a large
         # request costs O(size) in all, not O(size²).
         tail = data.rstrip(b" \t\r\n")
-        if (
-            b"\n" in data
-            or (tail and tail[-1] in _MAY_END)
-            or self._size >= 2 * self._attempted
-        ):
+        if b"\n" in data or (tail and tail[-1] in _MAY_END) or self._size >= 2 * self._attempted:
             self._attempted = self._size
             return self._attempt(final=False)
         return False, None

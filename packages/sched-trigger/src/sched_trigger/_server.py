@@ -110,6 +110,7 @@ class Server(Generic[P]):
         self._socket_file: tuple[str, tuple[int, int]] | None = None
         self._active = 0
         self._closing = False
+        self._starting = False
         self._closed_event: asyncio.Event | None = None
         self._idle_event: asyncio.Event | None = None
 
@@ -138,9 +139,17 @@ class Server(Generic[P]):
             self._close_socket()
             return
         loop = asyncio.get_running_loop()
-        self._aserver = await loop.create_unix_server(
-            lambda: _Connection(self), sock=sock, backlog=self._backlog
-        )
+        self._starting = True
+        try:
+            aserver = await loop.create_unix_server(
+                lambda: _Connection(self), sock=sock, backlog=self._backlog
+            )
+        finally:
+            self._starting = False
+        self._aserver = aserver
+        if self._closing:  # close() came while the server was starting
+            self.close()
+            return
         assert self._closed_event is not None
         try:
             await self._closed_event.wait()
@@ -177,7 +186,7 @@ class Server(Generic[P]):
         if self._socket_file is not None:
             unlink_if_ours(*self._socket_file)
             self._socket_file = None
-        if self._sock is not None:
+        if self._sock is not None and not self._starting:
             self._sock.close()
 
     def _opened(self) -> None:

@@ -1,0 +1,190 @@
+"""listen: owner-only from the first moment, stale and live socket rules, no leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from sched_trigger_testkit import DEADLINE, open_fds, run_async, socket_dir
+
+from sched_trigger import AlreadyServing, NotASocket, Queue, Server, TriggerError, listen
+
+CONNECT_AS_NOBODY = textwrap.dedent(
+    """
+    import os, socket, sys
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(sys.argv[1])
+    except OSError as exc:
+        print(exc.errno)
+    else:
+        print("connected")
+    """
+)
+
+
+def connect_as_nobody(path: str) -> str:
+    """Try to connect from a child that dropped root for uid/gid 65534; return what happened."""
+    done = subprocess.run(
+        [sys.executable, "-u", "-c", CONNECT_AS_NOBODY, path],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_socket_is_owner_only_and_umask_untouched() -> None:
+    """The socket file is mode 0600 whatever the umask, which listen never changes."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "s.sock")
+        old = os.umask(0o000)
+        try:
+            sock = listen(path)
+        finally:
+            during = os.umask(old)
+        try:
+            info = os.stat(path)
+            assert stat.S_ISSOCK(info.st_mode)
+            assert 0o600 == stat.S_IMODE(info.st_mode)
+            assert 0o000 == during
+        finally:
+            sock.close()
+
+
+def test_a_bound_socket_refuses_connects_until_it_listens() -> None:
+    """The mechanism listen relies on: before listen(), a connect is refused, so chmod first is safe."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "s.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(path)
+            with pytest.raises(ConnectionRefusedError):
+                client.connect(path)
+        finally:
+            client.close()
+            server.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop privileges in a child")
+def test_another_user_is_refused() -> None:
+    """A child that dropped root gets EACCES; the same child connects once the mode allows."""
+    with socket_dir() as tmp:
+        Path(tmp).chmod(0o755)  # the directory is not what refuses
+        path = str(Path(tmp) / "s.sock")
+        sock = listen(path)
+        try:
+            assert str(errno.EACCES) == connect_as_nobody(path)
+            Path(path).chmod(0o666)
+            assert "connected" == connect_as_nobody(path)
+        finally:
+            sock.close()
+
+
+def test_a_stale_socket_is_replaced() -> None:
+    """A socket file nobody answers on (a dead daemon's) is removed and listened on anew."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "s.sock")
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(path)
+        dead.close()
+        Path(path).chmod(0o755)  # tell the old file from the new one by its mode
+        sock = listen(path)
+        try:
+            assert 0o600 == stat.S_IMODE(os.stat(path).st_mode)
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.connect(path)
+            probe.close()
+        finally:
+            sock.close()
+
+
+def test_a_live_socket_is_left_alone() -> None:
+    """A socket a live daemon answers on is an AlreadyServing error and stays in place."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "s.sock")
+        live = listen(path)
+        inode = os.stat(path).st_ino
+        fds = open_fds()
+        try:
+            with pytest.raises(AlreadyServing, match="already serving") as caught:
+                listen(path)
+            assert errno.EADDRINUSE == caught.value.errno
+            assert path == caught.value.filename
+            assert isinstance(caught.value, OSError)
+            assert isinstance(caught.value, TriggerError)
+            assert inode == os.stat(path).st_ino
+            assert fds == open_fds()
+        finally:
+            live.close()
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink"])
+def test_anything_not_a_socket_is_left_alone_and_reported(kind: str) -> None:
+    """A regular file, directory or symlink at the path is NotASocket and untouched."""
+    with socket_dir() as tmp:
+        path = Path(tmp) / "s.sock"
+        if kind == "file":
+            path.write_text("precious")
+        elif kind == "directory":
+            path.mkdir()
+        else:
+            path.symlink_to(Path(tmp) / "elsewhere")
+        with pytest.raises(NotASocket) as caught:
+            listen(path)
+        assert isinstance(caught.value, OSError)
+        if kind == "file":
+            assert "precious" == path.read_text()
+        assert path.exists() or path.is_symlink()
+
+
+def test_failures_close_the_socket() -> None:
+    """A bind that fails leaks no descriptor."""
+    with socket_dir() as tmp:
+        fds = open_fds()
+        with pytest.raises(FileNotFoundError):
+            listen(Path(tmp) / "missing" / "s.sock")
+        assert fds == open_fds()
+
+
+def test_server_close_removes_its_socket_file_only() -> None:
+    """Closing the server removes the socket file, unless another daemon's replaced it."""
+
+    async def scenario(tmp: str) -> None:
+        path = str(Path(tmp) / "s.sock")
+        server: Server[object] = Server(Queue(1))
+        serving = asyncio.create_task(server.serve(listen(path)))
+        await asyncio.sleep(0)
+        assert os.path.exists(path)
+        server.close()
+        await asyncio.wait_for(serving, DEADLINE)
+        await asyncio.wait_for(server.wait(), DEADLINE)
+        assert not os.path.exists(path)
+
+        other: Server[object] = Server(Queue(1))
+        serving = asyncio.create_task(other.serve(listen(path)))
+        await asyncio.sleep(0)
+        os.unlink(path)
+        replacement = listen(path)  # a new daemon took the path over
+        try:
+            other.close()
+            await asyncio.wait_for(serving, DEADLINE)
+            assert os.path.exists(path)
+        finally:
+            replacement.close()
+
+    with socket_dir() as tmp:
+        run_async(scenario(tmp))
