@@ -74,7 +74,11 @@ exclude_patterns = [
     "examples/**",
 ]
 
-_NOT_BUILT = {page for page, needs in PAGE_NEEDS.items() if not needs <= LANDED}
+_NOT_BUILT = {
+    page
+    for page, needs in PAGE_NEEDS.items()
+    if not needs <= LANDED or not (DOCS / f"{page}.md").is_file()
+}
 exclude_patterns += [f"{page}.md" for page in sorted(_NOT_BUILT)]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
