@@ -89,7 +89,7 @@ def test_jobs_received_after_stop_are_cancelled_without_starting() -> None:
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_raising_run_delivers_every_result_before_propagating(kind: str) -> None:
-    """The in-flight job gets 'panic: ...', the queue closes, queued jobs are cancelled, then raise."""
+    """The job in flight gets 'panic: ...', the queue closes, the rest are cancelled, then raise."""
 
     def sync_run(stop: threading.Event, trigger: str, payload: int) -> Outcome:
         if payload == 1:
@@ -122,7 +122,7 @@ def test_a_run_returning_something_else_is_a_panic() -> None:
         queue: Queue[int] = Queue(1)
         (j,) = jobs(queue, 1)
         with pytest.raises(TypeError, match="not an Outcome"):
-            await execute(queue, lambda s, t, p: True, stop=asyncio.Event())  # type: ignore[arg-type,return-value]
+            await execute(queue, lambda s, t, p: True, stop=asyncio.Event())  # type: ignore[arg-type]
         return j
 
     outcome = run_async(scenario()).result(0)
@@ -130,7 +130,7 @@ def test_a_run_returning_something_else_is_a_panic() -> None:
 
 
 def test_cancelling_execute_with_a_thread_run_waits_for_its_true_result() -> None:
-    """Cancelled mid-run: the worker is told to stop, its own outcome is delivered, queued jobs cancelled."""
+    """Cancelled mid-run: the worker is told to stop, its outcome delivered; the rest cancelled."""
 
     def run(stop: threading.Event, trigger: str, payload: int) -> Outcome:
         assert stop.wait(DEADLINE)

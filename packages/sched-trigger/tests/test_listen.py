@@ -56,7 +56,7 @@ def test_socket_is_owner_only_and_umask_untouched() -> None:
         finally:
             during = os.umask(old)
         try:
-            info = os.stat(path)
+            info = Path(path).stat()
             assert stat.S_ISSOCK(info.st_mode)
             assert 0o600 == stat.S_IMODE(info.st_mode)
             assert 0o000 == during
@@ -65,7 +65,7 @@ def test_socket_is_owner_only_and_umask_untouched() -> None:
 
 
 def test_a_bound_socket_refuses_connects_until_it_listens() -> None:
-    """The mechanism listen relies on: before listen(), a connect is refused, so chmod first is safe."""
+    """What listen relies on: before listen(), a connect is refused, so chmod first is safe."""
     with socket_dir() as tmp:
         path = str(Path(tmp) / "s.sock")
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,7 +104,7 @@ def test_a_stale_socket_is_replaced() -> None:
         Path(path).chmod(0o755)  # tell the old file from the new one by its mode
         sock = listen(path)
         try:
-            assert 0o600 == stat.S_IMODE(os.stat(path).st_mode)
+            assert 0o600 == stat.S_IMODE(Path(path).stat().st_mode)
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             probe.connect(path)
             probe.close()
@@ -117,7 +117,7 @@ def test_a_live_socket_is_left_alone() -> None:
     with socket_dir() as tmp:
         path = str(Path(tmp) / "s.sock")
         live = listen(path)
-        inode = os.stat(path).st_ino
+        inode = Path(path).stat().st_ino
         fds = open_fds()
         try:
             with pytest.raises(AlreadyServing, match="already serving") as caught:
@@ -126,7 +126,7 @@ def test_a_live_socket_is_left_alone() -> None:
             assert path == caught.value.filename
             assert isinstance(caught.value, OSError)
             assert isinstance(caught.value, TriggerError)
-            assert inode == os.stat(path).st_ino
+            assert inode == Path(path).stat().st_ino
             assert fds == open_fds()
         finally:
             live.close()
@@ -168,21 +168,21 @@ def test_server_close_removes_its_socket_file_only() -> None:
         server: Server[object] = Server(Queue(1))
         serving = asyncio.create_task(server.serve(listen(path)))
         await asyncio.sleep(0)
-        assert os.path.exists(path)
+        assert Path(path).exists()
         server.close()
         await asyncio.wait_for(serving, DEADLINE)
         await asyncio.wait_for(server.wait(), DEADLINE)
-        assert not os.path.exists(path)
+        assert not Path(path).exists()
 
         other: Server[object] = Server(Queue(1))
         serving = asyncio.create_task(other.serve(listen(path)))
         await asyncio.sleep(0)
-        os.unlink(path)
+        Path(path).unlink()
         replacement = listen(path)  # a new daemon took the path over
         try:
             other.close()
             await asyncio.wait_for(serving, DEADLINE)
-            assert os.path.exists(path)
+            assert Path(path).exists()
         finally:
             replacement.close()
 

@@ -253,7 +253,7 @@ def test_outcome_value_type() -> None:
     assert -1 == Outcome(True, duration=timedelta(microseconds=-1500)).duration_ms
     assert hash(Outcome(True, "a", 1)) == hash(Outcome(True, "a", timedelta(seconds=1)))
     with pytest.raises(AttributeError):
-        Outcome(True).ok = False  # type: ignore[misc]
+        Outcome(True).ok = False
     with pytest.raises(ValueError, match="duration"):
         Outcome(True, duration=float("nan"))
     assert "Outcome(ok=False, reason='x', duration=datetime.timedelta(0))" == repr(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ def feed_all(chunks: list[bytes], *, cap: int = CAP, eof: bool = False) -> tuple
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts})
     bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 @given(value=json_values, cuts=st.lists(st.integers(0, 10_000), max_size=8), nl=st.booleans())

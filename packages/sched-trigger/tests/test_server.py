@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -148,7 +147,7 @@ def test_slow_request_times_out_as_undecodable() -> None:
 
 @pytest.mark.parametrize("capacity", [0, 1, 3])
 def test_capacity_and_rejections(capacity: int) -> None:
-    """One running plus *capacity* queued are accepted; the next is rejected with the queue's message."""
+    """One running plus *capacity* queued are accepted; the next is rejected by the queue."""
     rejected: list[tuple[Any, Exception]] = []
 
     async def scenario() -> tuple[list[list[bytes]], list[object]]:
@@ -418,13 +417,13 @@ def test_serving_twice_and_close_before_serve() -> None:
     async def scenario(tmp: str) -> None:
         server: Server[Any] = Server(Queue(1))
         server.close()
-        sock = listen(os.path.join(tmp, "a.sock"))
+        sock = listen(Path(tmp, "a.sock"))
         await server.serve(sock)
         assert -1 == sock.fileno()
         assert not Path(tmp, "a.sock").exists()
         with (
             pytest.raises(RuntimeError, match="already serving"),
-            listen(os.path.join(tmp, "b.sock")) as other,
+            listen(Path(tmp, "b.sock")) as other,
         ):
             await server.serve(other)
         await asyncio.wait_for(server.wait(), DEADLINE)

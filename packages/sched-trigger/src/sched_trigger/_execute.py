@@ -29,9 +29,8 @@ def _panic(exc: BaseException) -> str:
 
 def _is_async(run: object) -> bool:
     """Whether *run* is a coroutine function, or an object whose ``__call__`` is one."""
-    return inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(
-        getattr(run, "__call__", None)
-    )
+    call = type(run).__call__ if callable(run) else None
+    return inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(call)
 
 
 def _checked(outcome: object) -> Outcome:

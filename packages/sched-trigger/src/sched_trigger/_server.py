@@ -147,7 +147,7 @@ class Server(Generic[P]):
         finally:
             self._starting = False
         self._aserver = aserver
-        if self._closing:  # close() came while the server was starting
+        if self._is_closing():  # close() came while the server was starting
             self.close()
             return
         assert self._closed_event is not None
@@ -181,6 +181,9 @@ class Server(Generic[P]):
             self._closed_event = asyncio.Event()
             self._idle_event = asyncio.Event()
         return self._closed_event, self._idle_event
+
+    def _is_closing(self) -> bool:
+        return self._closing
 
     def _close_socket(self) -> None:
         if self._socket_file is not None:
