@@ -217,3 +217,22 @@ def test_job_exception_propagates() -> None:
 
     with pytest.raises(KeyError, match="boom"):
         asyncio.run(main(), debug=True)
+
+
+def test_stop_during_the_wait_returns_without_a_run() -> None:
+    """Setting stop from another task during the one-hour wait ends the loop, no new run."""
+    runs: list[int] = []
+
+    async def job(stop: asyncio.Event) -> None:
+        runs.append(1)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(arun_loop(job, 3600, fire_on_start=True, stop=stop))
+        while not runs:
+            await asyncio.sleep(0)
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+    asyncio.run(main(), debug=True)
+    assert [1] == runs

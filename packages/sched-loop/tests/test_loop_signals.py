@@ -265,3 +265,20 @@ def test_main_thread_waiting_on_the_event_never_deadlocks(wait: str) -> None:
             proc.kill(signal.SIGTERM)
             proc.expect("stopped")
         assert 0 == proc.wait()
+
+
+INTERRUPTED_CHILD = """
+    from sched_loop import run_loop
+    def job(stop):
+        print("ran", flush=True)
+    run_loop(job, 3600, fire_on_start=True)  # stop=None: until interrupted
+"""
+
+
+def test_without_stop_the_loop_runs_until_interrupted() -> None:
+    """stop=None: the loop sleeps until Ctrl-C, which ends it with KeyboardInterrupt."""
+    with child(INTERRUPTED_CHILD) as proc:
+        proc.expect("ran")
+        proc.kill(signal.SIGINT)
+        assert -signal.SIGINT == proc.wait()
+        assert "KeyboardInterrupt" in proc.stderr()

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from ._aio import arun_loop as arun_loop
     from ._aio import astop_on_signals as astop_on_signals
 
+    __version__: str
+
 __all__ = [
     "AsyncJob",
     "Job",
@@ -44,18 +46,21 @@ __all__ = [
 _LAZY = frozenset({"AsyncJob", "arun_loop", "astop_on_signals"})
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        from . import _aio
+# Hidden from type checkers, which would otherwise accept any attribute name.
+if not TYPE_CHECKING:
 
-        value = getattr(_aio, name)
-        globals()[name] = value
-        return value
-    if name == "__version__":
-        from importlib.metadata import version
+    def __getattr__(name: str) -> object:
+        if name in _LAZY:
+            from . import _aio
 
-        return version("sched-loop")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            value = getattr(_aio, name)
+            globals()[name] = value
+            return value
+        if name == "__version__":
+            from importlib.metadata import version
+
+            return version("sched-loop")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
