@@ -110,6 +110,10 @@ import subprocess
 import sys
 import tempfile
 
+# Log lines a page does not show go nowhere, rather than to stderr through
+# logging.lastResort; pages that show them attach their own handler.
+logging.getLogger().addHandler(logging.NullHandler())
+
 
 def shell(command, **kwargs):
     args = shlex.split(command)

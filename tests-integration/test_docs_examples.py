@@ -15,10 +15,12 @@ Three kinds of example exist, and nothing else is allowed:
 from __future__ import annotations
 
 import doctest
+import logging
 import re
 import runpy
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,27 @@ FENCE = re.compile(r"^(?P<fence>```+)(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=fence)\
 FLAGS = doctest.ELLIPSIS | doctest.IGNORE_EXCEPTION_DETAIL | doctest.DONT_ACCEPT_TRUE_FOR_1
 
 
+@pytest.fixture
+def isolated_logging() -> Iterator[None]:
+    """Undo what a page does to logging (handlers, levels, propagation) once it has run."""
+    loggers = [logging.getLogger(), *map(logging.getLogger, list(logging.root.manager.loggerDict))]
+    saved = [(lg, lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
+    try:
+        yield
+    finally:
+        known = {id(lg) for lg in loggers}
+        for name in list(logging.root.manager.loggerDict):
+            logger = logging.getLogger(name)
+            if id(logger) not in known:
+                logger.handlers[:] = []
+                logger.setLevel(logging.NOTSET)
+                logger.propagate = True
+        for logger, handlers, level, propagate in saved:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
 def fences(page: Path) -> list[tuple[str, str, int]]:
     """Each fenced block of a page: (info string, body, line number)."""
     text = page.read_text(encoding="utf-8")
@@ -62,7 +85,7 @@ def page_id(page: Path) -> str:
 @pytest.mark.parametrize(
     "page", [p for p in PAGES if any(f[0] == "{doctest}" for f in fences(p))], ids=page_id
 )
-def test_doctest_blocks_pass(page: Path) -> None:
+def test_doctest_blocks_pass(page: Path, isolated_logging: None) -> None:
     """The page's ``{doctest}`` blocks pass, run in order in one namespace."""
     blocks = [(body, line) for info, body, line in fences(page) if info == "{doctest}"]
     namespace: dict[str, object] = {"__name__": "__docs__"}
