@@ -241,3 +241,44 @@ json_values = st.recursive(
     ),
     max_leaves=20,
 )
+
+
+@final
+class RawServer:
+    """A hand-driven server on a thread: reads one request line, sends *script*, then
+    either hangs up or waits for the client to leave (recording that it did)."""
+
+    def __init__(self, path: str, script: list[bytes], *, hang_up: bool = True) -> None:
+        self.path = path
+        self.script = script
+        self.hang_up = hang_up
+        self.request = b""
+        self.client_left = threading.Event()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(8)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.listener.settimeout(DEADLINE)
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.settimeout(DEADLINE)
+            while not self.request.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                self.request += chunk
+            for line in self.script:
+                conn.sendall(line)
+            if not self.hang_up:
+                with contextlib.suppress(OSError):
+                    while conn.recv(65536):
+                        pass
+                self.client_left.set()
+
+    def close(self) -> None:
+        """Join the thread and close the listener."""
+        self.thread.join(DEADLINE)
+        self.listener.close()
