@@ -127,3 +127,11 @@ def test_wrong_types_are_type_errors() -> None:
         jittered_delay("10s", 0.1)  # type: ignore[arg-type]
     with pytest.raises(LoopConfigError, match="bool"):
         jittered_delay(10, True)
+
+
+def test_a_band_past_timedelta_max_is_clamped() -> None:
+    """An interval near timedelta.max with full jitter never overflows: at most timedelta.max."""
+    huge = timedelta.max - timedelta(days=1)
+    draws = [jittered_delay(huge, 1.0, rng=random.Random(seed)) for seed in range(20)]
+    assert all(timedelta(0) <= d <= timedelta.max for d in draws)
+    assert timedelta.max in draws

@@ -111,6 +111,29 @@ def test_uncatchable_signal_fails_and_rolls_back() -> None:
     assert sentinel_handler is signal.getsignal(signal.SIGTERM)
 
 
+@pytest.mark.usefixtures("previous_handlers")
+def test_async_uncatchable_signal_fails_and_rolls_back() -> None:
+    """astop_on_signals with SIGKILL: RuntimeError, and the SIGTERM handler set is undone."""
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError):
+            async with astop_on_signals([signal.SIGTERM, signal.SIGKILL]):
+                pass
+
+    asyncio.run(main(), debug=True)
+    assert sentinel_handler is signal.getsignal(signal.SIGTERM)
+
+
+def test_helper_thread_never_receives_the_signals() -> None:
+    """The helper blocks the handled signals, so the kernel delivers them to the main thread."""
+    with stop_on_signals([signal.SIGUSR2]):
+        helper = next(t for t in threading.enumerate() if t.name == "sched_loop-signals")
+        assert helper.native_id is not None
+        status = Path(f"/proc/self/task/{helper.native_id}/status").read_text()
+    blocked = int(next(x for x in status.splitlines() if x.startswith("SigBlk:")).split()[1], 16)
+    assert blocked & (1 << (signal.SIGUSR2 - 1))
+
+
 @pytest.mark.parametrize("signals", [[], [0], [100_000]])
 def test_bad_signal_lists_are_config_errors(signals: list[int]) -> None:
     """An empty list or an unknown signal number is a LoopConfigError (a ValueError)."""

@@ -136,7 +136,7 @@ async def astop_on_signals(
     with contextlib.ExitStack() as undo:  # undone in reverse order
         for sig in sigs:
             previous = signal.getsignal(sig)
+            loop.add_signal_handler(sig, on_signal, int(sig))  # changes nothing if it fails
             undo.callback(signal.signal, sig, previous_or_default(previous))
-            loop.add_signal_handler(sig, on_signal, int(sig))
             undo.callback(loop.remove_signal_handler, sig)
         yield stop

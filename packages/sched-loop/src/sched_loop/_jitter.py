@@ -33,6 +33,7 @@ from ._errors import LoopConfigError
 _ZERO = timedelta(0)
 _ONE_MICROSECOND = timedelta(microseconds=1)
 _NS_PER_US = 1_000
+_MAX_US = timedelta.max // _ONE_MICROSECOND
 
 
 def coerce_interval(value: Duration, *, name: str = "interval") -> timedelta:
@@ -76,7 +77,8 @@ def draw_delay(interval: timedelta, fraction: float, rng: random.Random | None) 
     delay_us = delay_ns // _NS_PER_US
     if delay_ns > 0 and delay_us == 0:
         delay_us = 1
-    return timedelta(microseconds=delay_us)
+    # Only a band reaching past timedelta.max (~2.7 million years) is clamped.
+    return timedelta(microseconds=min(delay_us, _MAX_US))
 
 
 def jittered_delay(

@@ -143,7 +143,15 @@ def stop_on_signals(
             name="sched_loop-signals",
             daemon=True,
         )
-        watcher.start()
+        # The helper starts with the signals blocked (a new thread inherits the
+        # creating thread's mask), so the kernel never picks it for them: they go
+        # to the main thread, interrupt its blocking call at once, and the Python
+        # handler (which counts, and re-delivers the second) runs without delay.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        try:
+            watcher.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         undo.callback(_finish_watcher, wfd, watcher, closing)
         previous_fd = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
         undo.callback(signal.set_wakeup_fd, previous_fd)
