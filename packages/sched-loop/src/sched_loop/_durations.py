@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import TypeAlias
 
 __all__ = ["Duration", "to_seconds", "to_timedelta"]
 
-#: What a duration parameter accepts.
-Duration: TypeAlias = timedelta | int | float
+#: What a duration parameter accepts (an implicit alias: no ``typing`` import at run time).
+Duration = timedelta | int | float
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
