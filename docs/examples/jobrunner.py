@@ -116,7 +116,9 @@ class Config:
         return cls(
             # zero_as_once: this job supports a run-once mode ("0"), as a batch
             # job would; "off"/"disabled" still select external mode.
-            schedule=interval_from_env("JOB_INTERVAL", DEFAULT_INTERVAL, zero_as_once=True),
+            schedule=interval_from_env(
+                "JOB_INTERVAL", DEFAULT_INTERVAL, zero_as_once=True, environ=env
+            ),
             command=shlex.split(env["JOB_COMMAND"]) if "JOB_COMMAND" in env else default_command,
             grace=timedelta(microseconds=grace_ns // 1000) or sched_cmd.DEFAULT_GRACE,
             state_dir=state_dir,
