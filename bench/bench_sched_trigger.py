@@ -1,0 +1,327 @@
+"""Benchmark sched-trigger against hand-written floors, in one run.
+
+Measures:
+
+- round trips per second and p50/p99 latency of one request per connection
+  (connect, send ``{}``, read ``queued``/``started``/``done``, close) with a
+  no-op job, at 1, 8 and 64 concurrent clients, against the sched-trigger
+  daemon (``Server`` + ``Queue`` + ``execute``) and against two minimal
+  hand-written asyncio unix-socket servers doing the same exchange (streams
+  and protocol), each on asyncio's loop and on uvloop. The daemon runs in its
+  own process; the load generator is one client process on uvloop for every
+  server, so the floors and sched-trigger meet the same clients.
+- the wall time of one ``sched-trigger`` CLI run against an idle daemon, beside
+  a minimal hand-written socket+json client doing the same exchange; both run
+  through this interpreter (a venv's python, never a pyenv shim).
+
+Usage: ``python bench/bench_sched_trigger.py [--quick] [--output FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+SERVERS = ("sched-trigger", "floor: asyncio streams", "floor: asyncio protocol")
+CONCURRENCY = (1, 8, 64)
+
+QUEUED = b'{"event":"queued","ok":false}\n'
+STARTED = b'{"event":"started","ok":false}\n'
+DONE = b'{"event":"done","ok":true}\n'
+
+MINIMAL_CLIENT = """\
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(b"{}\\n")
+for line in s.makefile("rb"):
+    event = json.loads(line)
+    if event["event"] == "done":
+        sys.exit(0 if event["ok"] else 1)
+sys.exit(3)
+"""
+
+
+# --- the servers (run in a child process: ``--serve KIND LOOP PATH``) ------------------
+
+
+async def serve_sched(path: str) -> None:
+    from sched_trigger import Outcome, Queue, Server, execute, listen
+
+    async def run(stop: asyncio.Event, trigger: str, payload: object) -> Outcome:
+        return Outcome(True)
+
+    queue: Queue[Any] = Queue(1024)
+    stop = asyncio.Event()
+    executor = asyncio.create_task(execute(queue, run, stop=stop))
+    server: Server[Any] = Server(queue)
+    serving = asyncio.create_task(server.serve(listen(path)))
+    print("ready", flush=True)
+    await asyncio.gather(executor, serving)
+
+
+async def serve_streams(path: str) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        json.loads(await reader.readline())
+        writer.write(QUEUED)
+        writer.write(STARTED)
+        writer.write(DONE)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(handle, path, backlog=4096)
+    print("ready", flush=True)
+    await server.serve_forever()
+
+
+class _FloorProtocol(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: Any = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if b"\n" in self.buffer:
+            json.loads(self.buffer)
+            self.transport.write(QUEUED)
+            self.transport.write(STARTED)
+            self.transport.write(DONE)
+            self.transport.close()
+
+
+async def serve_protocol(path: str) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_unix_server(_FloorProtocol, path, backlog=4096)
+    print("ready", flush=True)
+    await server.serve_forever()
+
+
+def serve(kind: str, loop: str, path: str) -> None:
+    main = {
+        "sched-trigger": serve_sched,
+        "floor: asyncio streams": serve_streams,
+        "floor: asyncio protocol": serve_protocol,
+    }[kind]
+    factory = None
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main(path))
+
+
+# --- the load generator ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def server_process(kind: str, loop: str) -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="stb") as tmp:
+        path = str(Path(tmp) / "s.sock")
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--serve", kind, loop, path],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert "ready" == child.stdout.readline().strip(), f"{kind} did not start"
+            yield path
+        finally:
+            child.terminate()
+            child.wait(30)
+            if child.stdout is not None:
+                child.stdout.close()
+
+
+async def one_request(path: str) -> None:
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(b"{}\n")
+    data = await reader.read()
+    writer.close()
+    assert data.endswith(b'"ok":true}\n'), data
+
+
+async def load(path: str, clients: int, seconds: float) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            began = time.perf_counter()
+            await one_request(path)
+            latencies.append(time.perf_counter() - began)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return len(latencies) / (time.perf_counter() - began), latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure_throughput(
+    loops: list[str], rounds: int, seconds: float
+) -> dict[tuple[str, str, int], tuple[float, float, float]]:
+    """(loop, server, clients) -> median over rounds of (rps, p50 ms, p99 ms)."""
+    import uvloop
+
+    samples: dict[tuple[str, str, int], list[tuple[float, float, float]]] = {}
+    for _ in range(rounds):
+        for loop in loops:
+            for kind in SERVERS:  # the servers alternate within each round
+                with server_process(kind, loop) as path, asyncio.Runner(
+                    loop_factory=uvloop.new_event_loop
+                ) as runner:
+                    runner.run(load(path, 8, seconds / 4))  # warm-up
+                    for clients in CONCURRENCY:
+                        rps, lat = runner.run(load(path, clients, seconds))
+                        samples.setdefault((loop, kind, clients), []).append(
+                            (rps, percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3)
+                        )
+    return {
+        key: (
+            statistics.median(s[0] for s in values),
+            statistics.median(s[1] for s in values),
+            statistics.median(s[2] for s in values),
+        )
+        for key, values in samples.items()
+    }
+
+
+# --- the CLI ------------------------------------------------------------------------------
+
+
+def cli_command() -> list[str]:
+    script = Path(sys.executable).parent / "sched-trigger"
+    if script.exists():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "sched_trigger"]
+
+
+def wall(command: list[str]) -> float:
+    began = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - began
+    assert 0 == done.returncode, command
+    return elapsed
+
+
+def measure_cli(runs: int) -> dict[str, float]:
+    """Median wall time (ms) of one CLI run, and of the minimal client, interleaved."""
+    times: dict[str, list[float]] = {"sched-trigger CLI": [], "minimal socket+json client": []}
+    with server_process("sched-trigger", "asyncio") as path:
+        commands: dict[str, list[str]] = {
+            "sched-trigger CLI": [*cli_command(), path],
+            "minimal socket+json client": [sys.executable, "-c", MINIMAL_CLIENT, path],
+        }
+        for command in commands.values():
+            wall(command)  # warm the page cache
+        for _ in range(runs):
+            for name, command in commands.items():
+                times[name].append(wall(command))
+    bare = statistics.median(wall([sys.executable, "-c", "pass"]) for _ in range(max(runs // 2, 3)))
+    result = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+    result["python -c pass"] = bare * 1e3
+    return result
+
+
+# --- the report --------------------------------------------------------------------------
+
+
+def report(
+    throughput: dict[tuple[str, str, int], tuple[float, float, float]],
+    loops: list[str],
+    cli: dict[str, float],
+    command: str,
+) -> str:
+    out = [
+        "# sched-trigger benchmarks",
+        "",
+        f"`{command}` on Python {sys.version.split()[0]}, {os.cpu_count()} cores. "
+        "Medians over rounds; ratios are what carry over between machines.",
+        "",
+        "## Round trips (one connection per request, no-op job)",
+        "",
+        "Ratio = sched-trigger's throughput over the floor's, on the same loop "
+        "(target: at least 0.8 against the asyncio floors).",
+    ]
+    for loop in loops:
+        out += [
+            "",
+            f"### Daemon on {loop}",
+            "",
+            "| server | clients | round trips/s | p50 ms | p99 ms | sched-trigger ratio |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for clients in CONCURRENCY:
+            ours = throughput[(loop, "sched-trigger", clients)][0]
+            for kind in SERVERS:
+                rps, p50, p99 = throughput[(loop, kind, clients)]
+                ratio = "" if kind == "sched-trigger" else f"{ours / rps:.2f}x"
+                out.append(f"| {kind} | {clients} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ratio} |")
+    if "uvloop" in loops:
+        out += ["", "sched-trigger on uvloop over sched-trigger on asyncio:", ""]
+        out += [
+            f"- {c} clients: "
+            f"{throughput[('uvloop', 'sched-trigger', c)][0] / throughput[('asyncio', 'sched-trigger', c)][0]:.2f}x"
+            for c in CONCURRENCY
+        ]
+    ours, floor = cli["sched-trigger CLI"], cli["minimal socket+json client"]
+    out += [
+        "",
+        "## One CLI run against an idle daemon (wall time, fresh process)",
+        "",
+        "| client | ms |",
+        "|---|---:|",
+        *(f"| {name} | {ms:.1f} |" for name, ms in cli.items()),
+        "",
+        f"sched-trigger CLI over the minimal client: **{ours / floor:.2f}x** (target: within 1.15x).",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--output", type=Path, help="also write the Markdown here")
+    parser.add_argument("--serve", nargs=3, metavar=("KIND", "LOOP", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(*args.serve)
+        return 0
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        sys.exit("bench_sched_trigger needs uvloop (bench/requirements.txt)")
+    if shutil.which("pyenv") and "/.pyenv/shims/" in sys.executable:
+        print("warning: running through a pyenv shim inflates process start-up", file=sys.stderr)
+    loops = ["asyncio", "uvloop"]
+    rounds, seconds, runs = (1, 0.3, 5) if args.quick else (3, 2.0, 40)
+    throughput = measure_throughput(loops, rounds, seconds)
+    cli = measure_cli(runs)
+    command = "python bench/bench_sched_trigger.py" + (" --quick" if args.quick else "")
+    text = report(throughput, loops, cli, command)
+    print(text)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())
