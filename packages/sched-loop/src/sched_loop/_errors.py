@@ -8,11 +8,14 @@ exception is never wrapped: it propagates out of the loop unchanged.
 
 from __future__ import annotations
 
+from typing import final
+
 
 class LoopError(Exception):
     """Base class of every error raised by sched-loop."""
 
 
+@final
 class LoopConfigError(LoopError, ValueError):
     """An argument is out of range: a non-positive interval, a jitter outside [0, 1),
     a NaN or infinite duration or fraction, an empty signal list, or a signal

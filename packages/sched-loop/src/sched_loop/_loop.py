@@ -40,9 +40,10 @@ def run_loop(
     a single ``wait`` on *stop* (no polling).
 
     Once *stop* is set no new run starts — including when the timer fires at
-    the same moment — and the function returns as soon as the run in flight
-    (if any) returns, so its return is a completed drain. The job decides
-    itself how to react to *stop* during a run; the loop never interrupts it.
+    the same moment, and the startup fire when *stop* is already set — and
+    the function returns as soon as the run in flight (if any) returns, so its
+    return is a completed drain. The job decides itself how to react to
+    *stop* during a run; the loop never interrupts it.
 
     Args:
         job: called as ``job(stop)``; its return value is ignored. An
