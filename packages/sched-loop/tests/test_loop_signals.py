@@ -21,9 +21,7 @@ from sched_loop_testkit import DEADLINE, child
 
 from sched_loop import LoopConfigError, astop_on_signals, stop_on_signals
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/fd").is_dir(), reason="descriptor checks need /proc"
-)
+needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
 
 
 def open_fds() -> set[str]:
@@ -58,6 +56,7 @@ def test_first_signal_sets_the_event_and_handlers_are_restored(sig: signal.Signa
     assert sentinel_handler is signal.getsignal(signal.SIGINT)
 
 
+@needs_proc
 def test_previous_wakeup_fd_is_restored_and_no_descriptor_leaks() -> None:
     """The wakeup fd in place before is back after exit; no fd and no thread is left over."""
     before_fds = open_fds()
@@ -124,6 +123,7 @@ def test_async_uncatchable_signal_fails_and_rolls_back() -> None:
     assert sentinel_handler is signal.getsignal(signal.SIGTERM)
 
 
+@needs_proc
 def test_helper_thread_never_receives_the_signals() -> None:
     """The helper blocks the handled signals, so the kernel delivers them to the main thread."""
     with stop_on_signals([signal.SIGUSR2]):

@@ -14,6 +14,8 @@ from typing import final
 class LoopError(Exception):
     """Base class of every error raised by sched-loop."""
 
+    __module__ = "sched_loop"  # shown and pickled under its public name
+
 
 @final
 class LoopConfigError(LoopError, ValueError):
@@ -21,3 +23,5 @@ class LoopConfigError(LoopError, ValueError):
     a NaN or infinite duration or fraction, an empty signal list, or a signal
     helper entered outside the main thread.
     """
+
+    __module__ = "sched_loop"

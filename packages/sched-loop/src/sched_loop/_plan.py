@@ -36,7 +36,7 @@ class Plan:
     def __init__(self, interval: Duration, jitter: float, rng: random.Random | None) -> None:
         self._interval = coerce_interval(interval)
         if self._interval <= _ZERO:
-            raise LoopConfigError(f"interval must be positive, got {self._interval!r}")
+            raise LoopConfigError(f"interval must be positive, got {interval!r}")
         self._jitter = coerce_fraction(jitter, name="jitter")
         if not 0.0 <= self._jitter < 1.0:
             raise LoopConfigError(f"jitter must be in [0, 1), got {jitter!r}")
