@@ -15,6 +15,7 @@ import threading
 from datetime import timedelta
 from typing import Literal
 
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -296,3 +297,6 @@ class LoopMachine(RuleBasedStateMachine):
 
 
 TestLoopMachine = LoopMachine.TestCase
+# The deep Hypothesis profile (5 000 machines, a thread each) needs more than
+# the suite's 120 s per-test timeout on a busy 2-core machine.
+TestLoopMachine = pytest.mark.timeout(900)(TestLoopMachine)

@@ -305,3 +305,16 @@ def test_without_stop_the_loop_runs_until_interrupted() -> None:
         proc.kill(signal.SIGINT)
         assert -signal.SIGINT == proc.wait()
         assert "KeyboardInterrupt" in proc.stderr()
+
+
+@pytest.mark.slow
+def test_signal_storm_against_the_main_thread_wait() -> None:
+    """Stress: 500 rounds of SIGTERM against a main thread hammering the event's lock."""
+    rounds = 500
+    code = NO_DEADLOCK_CHILD.format(rounds=rounds, wait="while not stop.is_set(): stop.wait(0)")
+    with child(code) as proc:
+        for _ in range(rounds):
+            proc.expect("ready")
+            proc.kill(signal.SIGTERM)
+            proc.expect("stopped")
+        assert 0 == proc.wait()
