@@ -4,8 +4,9 @@ A daemon that owns every run serves a bounded FIFO `Queue` on an owner-only
 unix socket (`listen`, `Server`) and executes jobs one at a time (`execute`);
 trigger subcommands `submit` a request and wait for that run's own result.
 
-The client path (`submit`, `Event`, the errors, `DIAL_TIMEOUT`) imports no
-asyncio: the daemon side loads lazily on first use.
+The client path (`submit`, `Event`, the errors) imports no asyncio, nor
+datetime: the daemon side (and `DIAL_TIMEOUT`, a ``timedelta``) loads lazily
+on first use.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import sys
 if sys.platform == "win32":  # pragma: no cover
     raise ImportError("sched-trigger needs unix sockets (Linux or macOS); Windows is not supported")
 
-from ._client import DIAL_TIMEOUT as DIAL_TIMEOUT
 from ._client import submit as submit
 from ._errors import AlreadyServing as AlreadyServing
 from ._errors import ConnectionLost as ConnectionLost
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._aclient import asubmit as asubmit
     from ._broker import BrokerThread as BrokerThread
     from ._broker import run_broker_in_thread as run_broker_in_thread
+    from ._client import DIAL_TIMEOUT as DIAL_TIMEOUT
     from ._execute import execute as execute
     from ._job import CANCELLED_REASON as CANCELLED_REASON
     from ._job import TRIGGER_EXTERNAL as TRIGGER_EXTERNAL
@@ -76,6 +77,7 @@ __all__ = [
 
 # The daemon side loads on first use (PEP 562), so the client path stays light.
 _LAZY = {
+    "DIAL_TIMEOUT": "._client",
     "asubmit": "._aclient",
     "BrokerThread": "._broker",
     "run_broker_in_thread": "._broker",

@@ -7,7 +7,7 @@ import errno
 import os
 from collections.abc import Callable
 
-from ._client import DIAL_TIMEOUT, _timeout_seconds
+from ._client import _DIAL_SECONDS, _timeout_seconds
 from ._durations import Duration
 from ._errors import ConnectionLost, SendFailed, SubmitTimeout, Unreachable
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
@@ -75,7 +75,7 @@ async def _exchange(path: str, data: bytes, on_event: Callable[[Event], object] 
 
 async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + DIAL_TIMEOUT.total_seconds()
+    deadline = loop.time() + _DIAL_SECONDS
     delay = 0.001
     while True:
         try:

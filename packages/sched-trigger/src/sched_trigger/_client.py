@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import socket
 import time
-from datetime import timedelta
 
 from ._errors import ConnectionLost, SendFailed, SubmitTimeout, TriggerError, Unreachable
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
@@ -19,15 +18,27 @@ from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payloa
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import timedelta
     from os import PathLike
 
     from ._durations import Duration
 
-__all__ = ["DIAL_TIMEOUT", "submit"]
+__all__ = ["DIAL_TIMEOUT", "submit"]  # noqa: F822 - DIAL_TIMEOUT comes from __getattr__
 
-#: How long `submit` waits to connect, including a wait for room in a full accept backlog.
-DIAL_TIMEOUT = timedelta(seconds=5)
-_DIAL_SECONDS = DIAL_TIMEOUT.total_seconds()
+# How long `submit` waits to connect, including a wait for room in a full accept
+# backlog. Exported as the timedelta DIAL_TIMEOUT, built on first access so that
+# the client path does not import datetime.
+_DIAL_SECONDS = 5.0
+
+
+def __getattr__(name: str) -> timedelta:
+    if name == "DIAL_TIMEOUT":
+        from datetime import timedelta
+
+        return timedelta(seconds=_DIAL_SECONDS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _RELAYED = (EVENT_QUEUED, EVENT_STARTED)
 # Connect failures that mean "nobody can take the request": no file, a stale
 # socket, a refused permission, a path that is not a socket.
@@ -112,7 +123,7 @@ def submit(
             exception it raises closes the connection and propagates.
         timeout: bound on the whole exchange (a ``timedelta`` or seconds);
             ``None`` waits as long as the run takes. The connect is bounded by
-            `DIAL_TIMEOUT` either way.
+            `DIAL_TIMEOUT` (5 s) either way.
 
     Returns:
         The ``done`` event: ``ok`` false with the queue's message as ``reason``

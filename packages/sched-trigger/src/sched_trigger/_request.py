@@ -66,7 +66,7 @@ class RequestReader:
 
     def __init__(self, max_size: int) -> None:
         self._max_size = max_size
-        self._decoder = _Utf8Decoder(errors=_HANDLER)
+        self._decoder: codecs.IncrementalDecoder | None = None
         self._parts: list[str] = []
         self._size = 0
         self._attempted = 0
@@ -82,7 +82,14 @@ class RequestReader:
             Undecodable: the stream cannot start or continue a JSON value, or the
                 value outgrows the size cap.
         """
+        if not self._size and len(data) <= self._max_size and data.endswith(b"\n"):
+            # The common case: the whole request in one chunk, newline-terminated.
+            fast = self._whole(data)
+            if fast is not None:
+                return fast
         self._size += len(data)
+        if self._decoder is None:
+            self._decoder = _Utf8Decoder(errors=_HANDLER)
         text = self._decoder.decode(data)
         self._parts.append(text)
         if not self._started:
@@ -103,13 +110,25 @@ class RequestReader:
             return self._attempt(final=False)
         return False, None
 
+    def _whole(self, data: bytes) -> tuple[bool, Any] | None:
+        """Decode a first chunk that holds a whole line, or None to take the long way."""
+        try:
+            text = data.decode()
+            value, end = _DECODER.raw_decode(text, len(text) - len(text.lstrip(_WHITESPACE)))
+        except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
+            return None
+        if text[end:].lstrip(_WHITESPACE):
+            return None  # something follows the value on the line: the careful path
+        return True, value
+
     def feed_eof(self) -> Any:
         """The stream ended: decode what arrived or fail.
 
         Raises:
             Undecodable: no complete value arrived.
         """
-        self._parts.append(self._decoder.decode(b"", True))
+        if self._decoder is not None:
+            self._parts.append(self._decoder.decode(b"", True))
         done, value = self._final(oversized=False)
         assert done
         return value
