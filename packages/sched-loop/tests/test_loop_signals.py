@@ -291,7 +291,11 @@ def test_main_thread_waiting_on_the_event_never_deadlocks(wait: str) -> None:
 
 
 INTERRUPTED_CHILD = """
+    import signal
     from sched_loop import run_loop
+    # Python leaves SIGINT ignored if it started ignored (a runner started in
+    # the background by a non-interactive shell): give it Ctrl-C's usual meaning.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     def job(stop):
         print("ran", flush=True)
     run_loop(job, 3600, fire_on_start=True)  # stop=None: until interrupted
