@@ -148,7 +148,46 @@ def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> No
     source[0] = text
 
 
+BENCH_MARKER = "<!-- bench tables -->"
+
+
+def _bench_tables() -> str:
+    """Include the table file of every ``bench/bench_<import_name>.py`` script.
+
+    ``nox -s bench`` writes ``docs/performance/<import_name>.md``; each file
+    brings its own title, at whatever heading level its script chose, so the
+    include shifts it to a second-level heading of this page. Until a script
+    has been run, the page says so.
+    """
+    import re
+
+    sections = []
+    for script in sorted((ROOT / "bench").glob("bench_*.py")):
+        name = script.stem.removeprefix("bench_")
+        dist = name.replace("_", "-")
+        table = DOCS / "performance" / f"{name}.md"
+        text = table.read_text(encoding="utf-8") if table.is_file() else ""
+        first = re.search(r"^(#{1,6}) ", text, re.MULTILINE)
+        if first is None:
+            sections.append(f"## {dist}\n\n")
+            if not text.strip():
+                sections.append(f"_No figures yet: run `nox -s bench` (`{script.name}`)._\n\n")
+                continue
+        offset = 0 if first is None else max(0, 2 - len(first[1]))
+        sections.append(
+            f"```{{include}} performance/{name}.md\n:heading-offset: {offset}\n```\n\n"
+        )
+    return "".join(sections)
+
+
+def _fill_bench_tables(app: object, docname: str, source: list[str]) -> None:
+    """Put the benchmark tables into the performance page."""
+    if docname == "performance":
+        source[0] = source[0].replace(BENCH_MARKER, _bench_tables())
+
+
 def setup(app: object) -> dict[str, bool]:
-    """Register the toctree filter (a no-op once every package is in the tree)."""
+    """Register the source filters (unbuilt pages, benchmark tables)."""
     app.connect("source-read", _drop_unbuilt_references)  # type: ignore[attr-defined]
+    app.connect("source-read", _fill_bench_tables)  # type: ignore[attr-defined]
     return {"parallel_read_safe": True}
