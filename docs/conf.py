@@ -174,9 +174,7 @@ def _bench_tables() -> str:
                 sections.append(f"_No figures yet: run `nox -s bench` (`{script.name}`)._\n\n")
                 continue
         offset = 0 if first is None else max(0, 2 - len(first[1]))
-        sections.append(
-            f"```{{include}} performance/{name}.md\n:heading-offset: {offset}\n```\n\n"
-        )
+        sections.append(f"```{{include}} performance/{name}.md\n:heading-offset: {offset}\n```\n\n")
     return "".join(sections)
 
 
