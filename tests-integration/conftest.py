@@ -184,8 +184,9 @@ def hold(short_tmp: Path) -> Hold:
 @pytest.fixture
 def runner_env(short_tmp: Path) -> dict[str, str]:
     """The example job runner's environment, with its state and socket under *short_tmp*."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("JOB_", "WORK_"))}
     return {
-        **os.environ,
+        **inherited,
         "JOB_STATE_DIR": str(short_tmp / "state"),
         "JOB_SOCKET": str(short_tmp / "trigger.sock"),
         "PYTHONUNBUFFERED": "1",

@@ -166,6 +166,11 @@ class Hold:
         ok(claim)
 
 
+def base_env() -> dict[str, str]:
+    """This process's environment without any ``JOB_*``/``WORK_*`` setting of the caller's."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("JOB_", "WORK_"))}
+
+
 def jobrunner(*args: str) -> list[str]:
     """The command line of the example job runner."""
     return [sys.executable, "-u", str(JOBRUNNER), *args]
@@ -224,7 +229,7 @@ def tour_builtin(tmp: Path) -> None:
     """Built-in mode: startup run, coalesced poll, skipped overlap, tick, SIGTERM drain."""
     hold = Hold(tmp / "hold-1.fifo")
     env = {
-        **os.environ,
+        **base_env(),
         "JOB_INTERVAL": "1s",
         "JOB_STATE_DIR": str(tmp / "state-1"),
         "JOB_GRACE": GRACE,
@@ -300,7 +305,7 @@ def tour_daemon(tmp: Path) -> None:
     hold = Hold(tmp / "hold-2.fifo")
     sock = tmp / "trigger.sock"
     env = {
-        **os.environ,
+        **base_env(),
         "JOB_INTERVAL": "1h",
         "JOB_STATE_DIR": str(tmp / "state-2"),
         "JOB_SOCKET": str(sock),
