@@ -236,6 +236,17 @@ def tour_builtin(tmp: Path) -> None:
         "WORK_HOLD": str(hold.path),
         "PYTHONUNBUFFERED": "1",
     }
+    say("== 0. Check the value before deploying it ==")
+    say("$ python -m sched_interval 1s --name JOB_INTERVAL")
+    check_value = Process(
+        "check", [sys.executable, "-m", "sched_interval", "1s", "--name", "JOB_INTERVAL"], env
+    )
+    with reaped(check_value):
+        check_value.expect(r"^mode: built-in$", "1s means built-in mode")
+        check_value.expect(r"^interval: 1s$", "every 1s")
+        check(check_value.wait("the check returns") == 0, "no warning: the value is used as given")
+
+    say()
     say("== 1. The container starts: JOB_INTERVAL=1s, so built-in mode ==")
     say("$ JOB_INTERVAL=1s python jobrunner.py run")
     runner = Process("runner", jobrunner("run"), env)
