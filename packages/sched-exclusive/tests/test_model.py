@@ -1,0 +1,360 @@
+"""The coalescing rules as a Hypothesis state machine, checked against a simple model.
+
+Everything is real files in one process: another holder is a second open of
+``cycle.lock`` (it may take the lock, release it without serving the queue
+— as a crashed or retiring process would — or grab it right after our
+release); other requesters are other :class:`Exclusive` instances; the
+hooked backend places them in the race windows (after our first probe,
+around each of our releases). Each request runs a scripted job: per run, a
+few foreign requests, a failure, or the gate closing.
+
+The model is written from the specification, not from the implementation:
+after every step the outcome, the number of runs, the errors, the log lines
+and the counter must match.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from sched_exclusive_testkit import hooked, read_counter_file
+
+from sched_exclusive import Exclusive, ExclusiveError, Outcome, RunError
+from sched_exclusive._files import parse_count
+from sched_lock import Lock, try_lock
+
+MAX_RERUNS = 8
+
+
+@dataclass(frozen=True)
+class JobStep:
+    """What one run of the job does."""
+
+    foreign: tuple[bool, ...] = ()  # requests fired by other processes (True: queue mode)
+    fail: bool = False
+    close_gate: bool = False
+
+
+@dataclass(frozen=True)
+class Race:
+    """Where other processes act around our call."""
+
+    release_after_probe: bool = False  # the other holder releases right after our probe
+    slips: tuple[int, ...] = ()  # per release ordinal: requests queued just before it
+    steals: frozenset[int] = frozenset()  # release ordinals after which another takes the lock
+
+
+@dataclass
+class Model:
+    capacity: int
+    counter: int = 0
+    other_holds: bool = False
+    gate: bool = True
+
+    def gate_open(self) -> bool:
+        return self.gate
+
+    def stolen(self) -> bool:
+        return self.other_holds
+
+
+@dataclass
+class Expected:
+    outcome: Outcome
+    runs: int = 0
+    failures: int = 0
+    messages: list[str] = field(default_factory=list)
+    foreign: list[Outcome] = field(default_factory=list)
+
+
+def foreign_request(m: Model, queue: bool, expected: Expected) -> None:
+    """Another process's request while the lock is held (by us)."""
+    if not queue:
+        expected.foreign.append(Outcome.SKIPPED)
+    elif m.counter < m.capacity:
+        m.counter += 1
+        expected.foreign.append(Outcome.QUEUED)
+    else:
+        expected.foreign.append(Outcome.DISCARDED)
+
+
+def predict(m: Model, queue: bool, script: list[JobStep], race: Race) -> Expected:
+    """What the specification says one request does; updates the model."""
+    cap = m.capacity
+    releases = 0
+
+    def release(expected: Expected) -> None:
+        nonlocal releases
+        releases += 1
+        for _ in range(race.slips[releases - 1] if releases <= len(race.slips) else 0):
+            foreign_request(m, True, expected)
+        if releases in race.steals:
+            m.other_holds = True
+
+    if m.other_holds:
+        # Busy at our probe; the other holder may release right after it.
+        m.other_holds = not race.release_after_probe
+        if not queue:
+            return Expected(Outcome.SKIPPED, messages=["cycle still running; skipping tick"])
+        if m.counter >= cap:
+            return Expected(
+                Outcome.DISCARDED,
+                messages=[
+                    f"cycle still running and {m.counter} rerun request(s) already queued; "
+                    "discarding request"
+                ],
+            )
+        m.counter += 1
+        expected = Expected(
+            Outcome.QUEUED,
+            messages=[f"cycle still running; queued rerun request ({m.counter} of {cap})"],
+        )
+        if m.other_holds:  # the re-probe finds it busy too
+            return expected
+        own_entry = True
+    else:
+        expected = Expected(Outcome.RAN)
+        own_entry = False
+    # We hold the lock.
+    if not m.gate:
+        expected.outcome = Outcome.GATED
+        expected.messages.append("cycle gate closed; skipping run")
+        release(expected)
+        return expected
+    if own_entry:
+        m.counter -= 1
+    elif m.counter:
+        expected.messages.append(
+            f"stale queued-run marker cleared at startup ({m.counter} pending)"
+        )
+        m.counter = 0
+
+    def run_job() -> None:
+        step = script[expected.runs] if expected.runs < len(script) else JobStep()
+        expected.runs += 1
+        for queue_mode in step.foreign:
+            foreign_request(m, queue_mode, expected)
+        if step.close_gate:
+            m.gate = False
+        if step.fail:
+            expected.failures += 1
+
+    run_job()
+    reruns = 0
+    held = True
+    while True:
+        if m.counter == 0:
+            if not held:
+                break
+            held = False
+            release(expected)
+            continue
+        if reruns >= MAX_RERUNS:
+            expected.messages.append(
+                f"rerun cap reached; deferring queued demand ({reruns} reruns, {m.counter} pending)"
+            )
+            break
+        if not m.gate_open():  # a method call: run_job may have closed it
+            expected.messages.append(
+                f"cycle gate closed; deferring queued demand ({m.counter} pending)"
+            )
+            break
+        if not held:
+            if m.stolen():
+                break
+            held = True
+        m.counter -= 1
+        reruns += 1
+        expected.messages.append(f"running queued cycle request (attempt {reruns})")
+        run_job()
+    if held:
+        release(expected)
+    expected.outcome = Outcome.RAN_QUEUED if reruns else Outcome.RAN
+    return expected
+
+
+job_steps = st.builds(
+    JobStep,
+    foreign=st.lists(st.booleans(), max_size=3).map(tuple),
+    fail=st.booleans(),
+    close_gate=st.integers(0, 5).map(lambda n: n == 0),
+)
+races = st.builds(
+    Race,
+    release_after_probe=st.booleans(),
+    slips=st.lists(st.integers(0, 2), max_size=4).map(tuple),
+    steals=st.frozensets(st.integers(1, 4), max_size=2),
+)
+
+
+class Collect(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class Coalescing(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="sched-exclusive-model-")
+        self.model: Model | None = None
+        self.other: Lock | None = None
+        self.gate = True
+        self.logger = logging.getLogger(f"sched_exclusive.model.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+        self.logger.addHandler(Collect(self.records))
+        self.quiet = logging.getLogger(f"sched_exclusive.model.foreign.{id(self)}")
+        self.quiet.propagate = False
+
+    def teardown(self) -> None:
+        if self.other is not None:
+            self.other.unlock()
+        self.logger.handlers.clear()
+        shutil.rmtree(self.dir)
+
+    @property
+    def m(self) -> Model:
+        assert self.model is not None
+        return self.model
+
+    @precondition(lambda self: self.model is None)
+    @rule(capacity=st.integers(-1, 3))
+    def configure(self, capacity: int) -> None:
+        self.model = Model(capacity=max(capacity, 1))
+        self.capacity = capacity
+
+    @precondition(lambda self: self.model is not None and self.other is None)
+    @rule()
+    def other_takes_the_lock(self) -> None:
+        self.other = try_lock(Path(self.dir, "cycle.lock"))
+        assert self.other is not None
+        self.m.other_holds = True
+
+    @precondition(lambda self: self.model is not None and self.other is not None)
+    @rule()
+    def other_releases_without_serving(self) -> None:
+        assert self.other is not None
+        self.other.unlock()
+        self.other = None
+        self.m.other_holds = False
+
+    @precondition(lambda self: self.model is not None)
+    @rule(is_open=st.booleans())
+    def set_gate(self, is_open: bool) -> None:
+        self.gate = self.m.gate = is_open
+
+    @precondition(lambda self: self.model is not None)
+    @rule(content=st.sampled_from([b"", b"0\n", b"1\n", b"2\n", b"5\n", b"-1\n", b"x\n", b"1"]))
+    def write_counter(self, content: bytes) -> None:
+        Path(self.dir, "cycle.queued").write_bytes(content)
+        self.m.counter = parse_count(content)
+
+    @precondition(lambda self: self.model is not None)
+    @rule(
+        queue=st.booleans(),
+        script=st.lists(job_steps, max_size=12),
+        race=races,
+        storm=st.booleans(),
+    )
+    def request(self, queue: bool, script: list[JobStep], race: Race, storm: bool) -> None:
+        if storm:  # a relentless trigger source: every run gets a queued request
+            script = [JobStep(foreign=(True,)) for _ in range(12)]
+        expected = predict(self.m, queue, script, race)
+
+        ex = Exclusive(
+            self.dir, logger=self.logger, queue_capacity=self.capacity, gate=lambda: self.gate
+        )
+        backend = hooked(ex)
+        foreign: list[Outcome] = []
+        runs = 0
+
+        def fire(queue_mode: bool) -> None:
+            other = Exclusive(self.dir, logger=self.quiet, queue_capacity=self.capacity)
+            foreign.append(
+                other.run(lambda: None) if queue_mode else other.run_or_skip(lambda: None)
+            )
+
+        def steal() -> None:
+            assert self.other is None
+            self.other = try_lock(Path(self.dir, "cycle.lock"))
+            assert self.other is not None
+
+        def release_other() -> None:
+            if self.other is not None:
+                self.other.unlock()
+                self.other = None
+
+        if race.release_after_probe:
+            backend.after_probe[1] = release_other
+
+        def slip_in(count: int) -> Callable[[], None]:
+            def hook() -> None:
+                for _ in range(count):
+                    fire(True)
+
+            return hook
+
+        for ordinal, count in enumerate(race.slips, start=1):
+            backend.before_release[ordinal] = slip_in(count)
+        for ordinal in race.steals:
+            backend.after_release[ordinal] = steal
+
+        def job() -> None:
+            nonlocal runs
+            step = script[runs] if runs < len(script) else JobStep()
+            runs += 1
+            for queue_mode in step.foreign:
+                fire(queue_mode)
+            if step.close_gate:
+                self.gate = False
+            if step.fail:
+                raise ValueError(f"run {runs} failed")
+
+        self.records.clear()
+        failures = 0
+        kinds: set[type[Exception]] = set()
+        try:
+            outcome = ex.run(job) if queue else ex.run_or_skip(job)
+        except RunError as exc:
+            outcome = exc.outcome
+            failures = len(exc.exceptions)
+            kinds = {type(e) for e in exc.exceptions}
+        except ExclusiveError as exc:  # pragma: no cover - shows the failure
+            raise AssertionError(f"unexpected infrastructure error {exc!r}") from exc
+        assert expected.outcome == outcome
+        assert expected.runs == runs
+        assert expected.failures == failures
+        assert kinds <= {ValueError}
+        assert expected.foreign == foreign
+        assert expected.messages == [r.getMessage() for r in self.records]
+        assert self.m.other_holds == (self.other is not None)
+        assert self.m.gate == self.gate
+
+    @invariant()
+    def counter_matches(self) -> None:
+        if self.model is not None:
+            assert self.m.counter == parse_count(read_counter_file(self.dir))
+
+    @invariant()
+    def lock_is_free_unless_the_other_holds_it(self) -> None:
+        if self.other is None:
+            probe = try_lock(Path(self.dir, "cycle.lock"))
+            assert probe is not None
+            probe.unlock()
+
+
+TestCoalescing = Coalescing.TestCase
+TestCoalescing.settings = settings(stateful_step_count=20)
