@@ -112,7 +112,8 @@ class Server(Generic[P]):
         self._socket_file: tuple[str, tuple[int, int]] | None = None
         self._active = 0
         # Connections still reading their request, oldest first, with their deadlines:
-        # one timer (for the oldest) bounds them all.
+        # one timer bounds them all. It is left armed when the server goes idle (it
+        # then fires once, finds nothing and stops): cheaper than a timer per request.
         self._reading: dict[_Connection, float] = {}
         self._read_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -174,10 +175,9 @@ class Server(Generic[P]):
         if self._aserver is not None:
             self._aserver.close()
         self._close_socket()
-        closed, idle = self._events()
-        closed.set()
+        self._events()[0].set()
         if self._active == 0:
-            idle.set()
+            self._idle()
 
     async def wait(self) -> None:
         """Wait until the server is closed and every request has its final event on the wire."""
@@ -233,12 +233,15 @@ class Server(Generic[P]):
 
     def _released(self) -> None:
         self._active -= 1
-        if self._active == 0:
-            if self._read_timer is not None:
-                self._read_timer.cancel()
-                self._read_timer = None
-            if self._closing:
-                self._events()[1].set()
+        if self._active == 0 and self._closing:
+            self._idle()
+
+    def _idle(self) -> None:
+        """Closed with nothing left in flight: drop the read timer and wake `wait`."""
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        self._events()[1].set()
 
     def _hook(self, hook: Callable[..., object], *args: object) -> None:
         try:
@@ -399,7 +402,7 @@ class _Connection(asyncio.Protocol):
         job = self._job
         if job is None or self._state != _WAITING:
             return
-        if job.started and not self._sent_started:
+        if job._started and not self._sent_started:
             self._sent_started = True
             self._write(_STARTED)
         outcome = job.outcome

@@ -45,7 +45,6 @@ EVENT_STARTED = "started"
 #: The request's final result; always the last event on a connection.
 EVENT_DONE = "done"
 
-_GO_SPECIAL = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
 _GO_ESCAPES = {
     "<": "\\u003c",
     ">": "\\u003e",
@@ -53,6 +52,8 @@ _GO_ESCAPES = {
     "\u2028": "\\u2028",
     "\u2029": "\\u2029",
 }
+# Compiled on first use: compiling costs more than a whole short CLI exchange.
+_go_special: re.Pattern[str] | None = None
 
 
 def _go_escape(match: re.Match[str]) -> str:
@@ -61,9 +62,16 @@ def _go_escape(match: re.Match[str]) -> str:
 
 def _go_fix(text: str) -> str:
     """Apply Go's extra escapes to JSON text produced with ``ensure_ascii=False``."""
-    if _GO_SPECIAL.search(text) is None:
+    global _go_special
+    if text.isascii():
+        if "<" in text or ">" in text or "&" in text:
+            return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         return text
-    return _GO_SPECIAL.sub(_go_escape, text)
+    if _go_special is None:
+        _go_special = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
+    if _go_special.search(text) is None:
+        return text
+    return _go_special.sub(_go_escape, text)
 
 
 def go_quote(value: str) -> str:
