@@ -28,7 +28,8 @@ class BrokerThread(Generic[P]):
 
     Made by `run_broker_in_thread`. Submit the daemon's own runs (a ticker) with
     `submit` or straight to `queue` from any thread; `stop` shuts down in the
-    documented order and joins the thread. Usable as a context manager.
+    documented order and joins the thread. Closing `queue` also ends the broker
+    once the executor drained it. Usable as a context manager.
     """
 
     def __init__(self, queue: Queue[P], path: str) -> None:

@@ -21,6 +21,7 @@ TRIGGER_EXTERNAL = "external"
 CANCELLED_REASON = "cancelled: scheduler shutting down"
 
 _MILLISECOND_US = 1000
+_ZERO = timedelta(0)
 
 
 @final
@@ -49,7 +50,13 @@ class Outcome:
     def __init__(self, ok: bool, reason: str = "", duration: Duration = 0) -> None:
         object.__setattr__(self, "ok", bool(ok))
         object.__setattr__(self, "reason", str(reason))
-        object.__setattr__(self, "duration", to_timedelta(duration, name="duration"))
+        if duration.__class__ is not timedelta:
+            duration = (
+                _ZERO
+                if duration == 0 and duration.__class__ is int
+                else to_timedelta(duration, name="duration")
+            )
+        object.__setattr__(self, "duration", duration)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Outcome is immutable; cannot set {name!r}")

@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast, final
+from typing import Any, Generic, TypeVar, final
 
 from ._durations import Duration, to_seconds
 from ._errors import QueueClosed, QueueFull
@@ -312,7 +312,7 @@ class _Connection(asyncio.Protocol):
         self._write_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
+        self._transport = transport  # type: ignore[assignment]  # a unix stream transport
         self._server._opened(self)
 
     def data_received(self, data: bytes) -> None:
