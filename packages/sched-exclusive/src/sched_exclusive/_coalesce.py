@@ -40,6 +40,7 @@ acquisition's run satisfies it.
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -47,7 +48,7 @@ from ._backend import Backend, Lease
 from ._errors import CoordinationError, RunError
 from ._outcome import Outcome
 
-__all__ = ["MAX_RERUNS", "Step", "coalesce"]
+__all__ = ["MAX_RERUNS", "Lines", "Step", "coalesce"]
 
 #: The most queued reruns one call executes, across consume loops and
 #: handoffs, before it retires and leaves the rest for the next acquisition.
@@ -72,8 +73,7 @@ def coalesce(
     queue: bool,
     capacity: int,
     gate: Callable[[], bool] | None,
-    logger: logging.Logger,
-    fields: dict[str, Any],
+    log: Lines,
 ) -> Step:
     """Apply the coalescing rules for one request (see the module docstring).
 
@@ -83,8 +83,7 @@ def coalesce(
             when false.
         capacity: the queue capacity, at least 1.
         gate: ``None`` or a callable returning true when a run may start.
-        logger: where the coalescing lines go.
-        fields: structured ``extra`` fields added to every log record.
+        log: where the coalescing lines go.
 
     Yields:
         Once per run to start; the driver sends back the job's exception or
@@ -103,15 +102,12 @@ def coalesce(
     except OSError as exc:
         raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
     if lease is not None:
-        return (
-            yield from _hold(
-                backend, lease, own_entry=False, gate=gate, logger=logger, fields=fields
-            )
-        )
+        return (yield from _hold(backend, lease, own_entry=False, gate=gate, log=log))
     if not queue:
-        logger.warning(
+        log(
+            logging.WARNING,
             "cycle still running; skipping tick",
-            extra={**fields, "sched_outcome": Outcome.SKIPPED.value},
+            sched_outcome=Outcome.SKIPPED.value,
         )
         return Outcome.SKIPPED
     try:
@@ -119,17 +115,21 @@ def coalesce(
     except OSError as exc:
         raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
     if before >= capacity:
-        logger.info(
+        log(
+            logging.INFO,
             "cycle still running and %d rerun request(s) already queued; discarding request",
             before,
-            extra={**fields, "sched_outcome": Outcome.DISCARDED.value, "sched_pending": before},
+            sched_outcome=Outcome.DISCARDED.value,
+            sched_pending=before,
         )
         return Outcome.DISCARDED
-    logger.info(
+    log(
+        logging.INFO,
         "cycle still running; queued rerun request (%d of %d)",
         before + 1,
         capacity,
-        extra={**fields, "sched_outcome": Outcome.QUEUED.value, "sched_pending": before + 1},
+        sched_outcome=Outcome.QUEUED.value,
+        sched_pending=before + 1,
     )
     # Re-probe once: the runner may have released between our probe and our
     # increment, after its last look at the counter. Then nobody might serve
@@ -140,9 +140,7 @@ def coalesce(
         raise CoordinationError.from_os_error(exc, Outcome.QUEUED) from exc
     if lease is None:
         return Outcome.QUEUED
-    return (
-        yield from _hold(backend, lease, own_entry=True, gate=gate, logger=logger, fields=fields)
-    )
+    return (yield from _hold(backend, lease, own_entry=True, gate=gate, log=log))
 
 
 def _hold(
@@ -151,18 +149,14 @@ def _hold(
     *,
     own_entry: bool,
     gate: Callable[[], bool] | None,
-    logger: logging.Logger,
-    fields: dict[str, Any],
+    log: Lines,
 ) -> Step:
     """Run as the holder of ``lease``: first run, reruns, handoffs; always release."""
     errors: list[Exception] = []
     held: Lease | None = lease
     try:
         if not _gate_open(gate, errors):
-            logger.info(
-                "cycle gate closed; skipping run",
-                extra={**fields, "sched_outcome": Outcome.GATED.value},
-            )
+            log(logging.INFO, "cycle gate closed; skipping run", sched_outcome=Outcome.GATED.value)
             if errors:
                 raise RunError("cycle gate failed (outcome gated)", errors, Outcome.GATED)
             return Outcome.GATED
@@ -173,10 +167,11 @@ def _hold(
             else:
                 stale = backend.update_counter(_clear)
                 if stale:
-                    logger.warning(
+                    log(
+                        logging.WARNING,
                         "stale queued-run marker cleared at startup (%d pending)",
                         stale,
-                        extra={**fields, "sched_pending": stale},
+                        sched_pending=stale,
                     )
         except OSError as exc:
             # Nothing ran. After a re-probe our entry may still stand: queued.
@@ -200,18 +195,21 @@ def _hold(
                     releasing.unlock()
                     continue
                 if reruns >= MAX_RERUNS:
-                    logger.warning(
+                    log(
+                        logging.WARNING,
                         "rerun cap reached; deferring queued demand (%d reruns, %d pending)",
                         reruns,
                         pending,
-                        extra={**fields, "sched_reruns": reruns, "sched_pending": pending},
+                        sched_reruns=reruns,
+                        sched_pending=pending,
                     )
                     break
                 if not _gate_open(gate, errors):
-                    logger.info(
+                    log(
+                        logging.INFO,
                         "cycle gate closed; deferring queued demand (%d pending)",
                         pending,
-                        extra={**fields, "sched_pending": pending},
+                        sched_pending=pending,
                     )
                     break
                 if held is None:
@@ -219,17 +217,19 @@ def _hold(
                     if taken is None:
                         break  # another holder took the lock: it serves the demand
                     held = taken
-                    logger.debug(
+                    log(
+                        logging.DEBUG,
                         "queued demand arrived after release; took the cycle lock back",
-                        extra={**fields, "sched_pending": pending},
+                        sched_pending=pending,
                     )
                 if backend.update_counter(_take_one) == 0:
                     continue  # served by a holder that came and went meanwhile
                 reruns += 1
-                logger.info(
+                log(
+                    logging.INFO,
                     "running queued cycle request (attempt %d)",
                     reruns,
-                    extra={**fields, "sched_attempt": reruns},
+                    sched_attempt=reruns,
                 )
                 failure = yield
                 if failure is not None:
@@ -243,6 +243,25 @@ def _hold(
     if errors:
         raise RunError(f"cycle run failed (outcome {outcome})", errors, outcome)
     return outcome
+
+
+@typing.final
+class Lines:
+    """Logs the coalescing lines of one call with its structured fields.
+
+    The ``extra`` dict is built only for a line that is emitted, so disabled
+    levels cost one ``isEnabledFor`` check on the hot paths.
+    """
+
+    __slots__ = ("_fields", "_logger")
+
+    def __init__(self, logger: logging.Logger, fields: dict[str, Any]) -> None:
+        self._logger = logger
+        self._fields = fields
+
+    def __call__(self, level: int, message: str, *args: object, **extra: Any) -> None:
+        if self._logger.isEnabledFor(level):
+            self._logger.log(level, message, *args, extra=self._fields | extra, stacklevel=2)
 
 
 def _gate_open(gate: Callable[[], bool] | None, errors: list[Exception]) -> bool:

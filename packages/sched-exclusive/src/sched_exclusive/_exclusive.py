@@ -8,7 +8,7 @@ import typing
 from collections.abc import Awaitable, Callable
 
 from ._backend import Backend
-from ._coalesce import Step, coalesce
+from ._coalesce import Lines, Step, coalesce
 from ._errors import CoordinationError
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
@@ -68,7 +68,7 @@ class Exclusive:
             outcome = exc.outcome  # and log exc
     """
 
-    __slots__ = ("_backend", "_capacity", "_dir", "_fields", "_gate", "_logger")
+    __slots__ = ("_backend", "_capacity", "_dir", "_gate", "_lines")
 
     def __init__(
         self,
@@ -83,11 +83,10 @@ class Exclusive:
         if gate is not None and not callable(gate):
             raise TypeError(f"gate must be callable or None, not {gate!r}")
         self._dir = os.fspath(dir)
-        self._logger = logger if logger is not None else _LOGGER
         self._capacity = max(queue_capacity, 1)
         self._gate = gate
         self._backend: Backend = FileBackend(self._dir)
-        self._fields = {"sched_dir": self._dir}
+        self._lines = Lines(logger if logger is not None else _LOGGER, {"sched_dir": self._dir})
 
     def __repr__(self) -> str:
         return f"Exclusive({self._dir!r}, queue_capacity={self._capacity})"
@@ -118,8 +117,7 @@ class Exclusive:
             queue=queue,
             capacity=self._capacity,
             gate=self._gate,
-            logger=self._logger,
-            fields=self._fields,
+            log=self._lines,
         )
 
     def run(self, job: Callable[[], object]) -> Outcome:

@@ -32,6 +32,9 @@ def parse_count(content: bytes) -> int:
         The count; empty, torn, negative, out-of-range or garbage content
         reads as zero (the self-healing rule every slot parser follows).
     """
+    # Fast path: what this library and the Go library write ("N\n", N < 10**18).
+    if 1 < len(content) < 20 and content[-1] == 10 and content[:-1].isdigit():
+        return int(content[:-1])
     text = content.strip(_SPACE)
     digits = text[1:] if text[:1] in (b"+", b"-") else text
     if not digits.isdigit() or len(digits) > 19:  # bytes.isdigit: ASCII digits only
@@ -71,9 +74,13 @@ class FileBackend:
         return parse_count(self._slot.mutate(_unchanged))
 
     def update_counter(self, fn: Callable[[int], int]) -> int:
-        def step(before: bytes) -> bytes:
-            count = parse_count(before)
-            after = fn(count)
-            return before if after == count else format_count(after)
+        seen = 0
 
-        return parse_count(self._slot.mutate(step))
+        def step(before: bytes) -> bytes:
+            nonlocal seen
+            seen = parse_count(before)
+            after = fn(seen)
+            return before if after == seen else format_count(after)
+
+        self._slot.mutate(step)
+        return seen
