@@ -581,3 +581,19 @@ def test_no_descriptor_leaks(directory: str, hold: Callable[[], Lock]) -> None:
     ex.run_or_skip(lambda: None)
     holder.unlock()
     assert before == sorted(p.name for p in Path("/proc/self/fd").iterdir())
+
+
+def test_handoff_finds_the_demand_already_served(directory: str) -> None:
+    """A holder that came and went between our look and our re-acquisition served the
+    request: the handoff runs nothing more, and releases."""
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    backend.before_release[1] = lambda: Exclusive(directory).run(lambda: None)
+    # Between our post-release look and our re-acquisition, another process
+    # acquired, cleared the counter, ran and released.
+    backend.after_probe[2] = lambda: Path(directory, "cycle.queued").write_bytes(b"0\n")
+    job = Recorder()
+    assert Outcome.RAN == ex.run(job)
+    assert 1 == job.runs
+    assert 0 == ex.pending()
+    assert lock_is_free(directory)

@@ -140,6 +140,7 @@ def coalesce(
         raise CoordinationError.from_os_error(exc, Outcome.QUEUED) from exc
     if lease is None:
         return Outcome.QUEUED
+    log(logging.DEBUG, "cycle lock released meanwhile; serving the queued request here")
     return (yield from _hold(backend, lease, own_entry=True, gate=gate, log=log))
 
 
