@@ -121,6 +121,7 @@ def coalesce(
             before,
             sched_outcome=Outcome.DISCARDED.value,
             sched_pending=before,
+            sched_capacity=capacity,
         )
         return Outcome.DISCARDED
     log(
@@ -130,6 +131,7 @@ def coalesce(
         capacity,
         sched_outcome=Outcome.QUEUED.value,
         sched_pending=before + 1,
+        sched_capacity=capacity,
     )
     # Re-probe once: the runner may have released between our probe and our
     # increment, after its last look at the counter. Then nobody might serve
