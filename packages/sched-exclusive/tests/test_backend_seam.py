@@ -1,0 +1,82 @@
+"""The coalescing rules depend only on the backend seam: an in-memory backend reuses them.
+
+This is what a second backend (PostgreSQL advisory locks, say) would do: the
+rules in ``_coalesce`` run unchanged over anything that offers a
+non-blocking exclusive lock and an atomic counter transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import final
+
+from sched_exclusive import Outcome
+from sched_exclusive._backend import Backend
+from sched_exclusive._coalesce import Lines, coalesce
+from sched_exclusive._exclusive import _drive
+
+
+@final
+class MemoryLease:
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock: threading.Lock | None = lock
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+@final
+class MemoryBackend:
+    """One process's worth of coordination: a mutex and an integer."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.guard = threading.Lock()
+        self.count = 0
+
+    def try_acquire(self) -> MemoryLease | None:
+        return MemoryLease(self.lock) if self.lock.acquire(blocking=False) else None
+
+    def read_counter(self) -> int:
+        with self.guard:
+            return self.count
+
+    def update_counter(self, fn: Callable[[int], int]) -> int:
+        with self.guard:
+            before, self.count = self.count, fn(self.count)
+            return before
+
+
+def request(backend: Backend, job: Callable[[], object], *, queue: bool = True) -> Outcome:
+    lines = Lines(logging.getLogger("sched_exclusive.test.memory"), {})
+    return _drive(coalesce(backend, queue=queue, capacity=1, gate=None, log=lines), job)
+
+
+def test_the_rules_run_over_a_memory_backend() -> None:
+    """Queue, discard, skip, rerun and the cap behave as over files."""
+    backend = MemoryBackend()
+    inner: list[Outcome] = []
+    runs = 0
+
+    def job() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            inner.append(request(backend, job))
+            inner.append(request(backend, job))
+            inner.append(request(backend, job, queue=False))
+
+    assert Outcome.RAN_QUEUED == request(backend, job)
+    assert [Outcome.QUEUED, Outcome.DISCARDED, Outcome.SKIPPED] == inner
+    assert 2 == runs
+    assert (0, False) == (backend.count, backend.lock.locked())
+
+    def relentless() -> None:
+        request(backend, lambda: None)
+
+    assert Outcome.RAN_QUEUED == request(backend, relentless)
+    assert 1 == backend.count  # deferred past the cap of 8 reruns
