@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+from ._errors import QueueClosed
 from ._job import CANCELLED_REASON, Job, Outcome
 from ._queue import Queue
 
@@ -92,8 +93,13 @@ async def execute(
         mirror = asyncio.create_task(stop.wait())
         mirror.add_done_callback(lambda _: thread_stop.set())
     task = asyncio.current_task()
+    get = queue.get
     try:
-        async for job in queue:
+        while True:
+            try:
+                job = await get()
+            except QueueClosed:
+                return  # closed and drained
             if stop.is_set():
                 job.finish(Outcome(False, CANCELLED_REASON))
                 continue

@@ -81,7 +81,10 @@ class Outcome:
     @property
     def duration_ms(self) -> int:
         """Whole milliseconds of `duration`, truncated toward zero, as the wire carries it."""
-        micros = self.duration // timedelta(microseconds=1)
+        d = self.duration
+        if not d:
+            return 0
+        micros = (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
         whole = abs(micros) // _MILLISECOND_US
         return -whole if micros < 0 else whole
 
