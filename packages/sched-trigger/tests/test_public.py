@@ -139,7 +139,10 @@ def test_the_readme_example_runs() -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    path = Path(__file__).parent.parent / "README.md"
+    if not path.exists():
+        pytest.skip("the tests run outside the source tree (a wheel test)")
+    readme = path.read_text()
     match = re.search(r"```python\n(.*?)```", readme, re.S)
     assert match is not None
     done = subprocess.run(
