@@ -429,3 +429,37 @@ def test_serving_twice_and_close_before_serve() -> None:
 
     with socket_dir() as tmp:
         run_async(scenario(tmp))
+
+
+def test_jobs_finished_from_another_thread_reach_the_client() -> None:
+    """A hand-written executor may start and finish jobs on its own thread."""
+
+    async def scenario(tmp: str) -> list[bytes]:
+        queue: Queue[Any] = Queue(4)
+        server: Server[Any] = Server(queue)
+        path = str(Path(tmp) / "t.sock")
+        serving = asyncio.create_task(server.serve(listen(path)))
+
+        def work(job: Any) -> None:
+            job.start()
+            job.finish(Outcome(True, "from a thread", 0.002))
+
+        async def executor() -> None:
+            async for job in queue:
+                thread = threading.Thread(target=work, args=(job,))
+                thread.start()
+                await asyncio.to_thread(thread.join)
+
+        running = asyncio.create_task(executor())
+        lines = await exchange(path, b"{}")
+        server.close()
+        queue.close()
+        await asyncio.wait_for(running, DEADLINE)
+        await asyncio.wait_for(server.wait(), DEADLINE)
+        await serving
+        return lines
+
+    with socket_dir() as tmp:
+        lines = run_async(scenario(tmp))
+    done = b'{"event":"done","reason":"from a thread","duration_ms":2,"ok":true}\n'
+    assert [QUEUED, STARTED, done] == lines
