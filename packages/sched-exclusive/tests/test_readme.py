@@ -5,14 +5,23 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
+from importlib.metadata import metadata
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+
+def readme() -> str:
+    """The README, from the installed distribution's metadata (it is the long description).
+
+    Reading it from the metadata rather than the source tree lets the test
+    run against an installed wheel too.
+    """
+    description = metadata("sched-exclusive").json["description"]
+    assert isinstance(description, str)
+    return description
 
 
 def test_readme_example_runs() -> None:
     """The first python block runs as a script and prints the block after "prints"."""
-    text = README.read_text()
+    text = readme()
     code = re.search(r"```python\n(.*?)```", text, re.S)
     printed = re.search(r"prints\n\n```\n(.*?)```", text, re.S)
     assert code is not None
