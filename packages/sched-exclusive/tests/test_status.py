@@ -19,6 +19,7 @@ from sched_exclusive_testkit import Child
 from sched_exclusive import Exclusive, Outcome
 from sched_exclusive.__main__ import main
 from sched_exclusive._status import format_rfc3339, format_seconds, lock_holders, status
+from sched_lock import try_lock
 
 HOLDER = """
 import sys
@@ -196,3 +197,27 @@ def test_rfc3339_round_trips(instant: datetime) -> None:
     text = format_rfc3339(instant)
     assert text.endswith("Z")
     assert instant == datetime.fromisoformat(text)
+
+
+def test_in_process_report_of_a_held_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lock held by this very process (a second open) shows as running, with our pid."""
+    lock = try_lock(tmp_path / "cycle.lock")
+    assert lock is not None
+    try:
+        assert 0 == main(["status", str(tmp_path), "--json"])
+        report = json.loads(capsys.readouterr().out)
+        assert ("running", [os.getpid()], 0) == (
+            report["state"],
+            report["holder_pids"],
+            report["pending"],
+        )
+        assert 0 == main(["status", str(tmp_path)])
+        text = capsys.readouterr().out
+        assert text.startswith(f"{tmp_path}: running since ")
+        assert text.endswith(f"s), pid {os.getpid()}; 0 queued requests\n")
+    finally:
+        lock.unlock()
+    assert 0 == main(["status", str(tmp_path)])
+    assert capsys.readouterr().out.startswith(f"{tmp_path}: idle (last cycle started ")
