@@ -20,6 +20,8 @@ from sched_exclusive._exclusive import _drive
 
 @final
 class MemoryLease:
+    """A held mutex."""
+
     def __init__(self, lock: threading.Lock) -> None:
         self._lock: threading.Lock | None = lock
 

@@ -54,6 +54,8 @@ class Race:
 
 @dataclass
 class Model:
+    """The world as the specification sees it."""
+
     capacity: int
     counter: int = 0
     other_holds: bool = False
@@ -68,6 +70,8 @@ class Model:
 
 @dataclass
 class Expected:
+    """What one request must do."""
+
     outcome: Outcome
     runs: int = 0
     failures: int = 0
@@ -196,6 +200,8 @@ races = st.builds(
 
 
 class Collect(logging.Handler):
+    """Keeps the records of our Exclusive's logger."""
+
     def __init__(self, records: list[logging.LogRecord]) -> None:
         super().__init__()
         self.records = records
@@ -205,6 +211,8 @@ class Collect(logging.Handler):
 
 
 class Coalescing(RuleBasedStateMachine):
+    """Requests, other holders, gate flips and counter writes, in any order."""
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="sched-exclusive-model-")
