@@ -270,8 +270,9 @@ class RawServer:
                 if not chunk:
                     break
                 self.request += chunk
-            for line in self.script:
-                conn.sendall(line)
+            with contextlib.suppress(OSError):  # the client may leave mid-script
+                for line in self.script:
+                    conn.sendall(line)
             if not self.hang_up:
                 with contextlib.suppress(OSError):
                     while conn.recv(65536):

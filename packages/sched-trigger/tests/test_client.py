@@ -263,3 +263,15 @@ def test_asubmit_cancellation_closes_the_connection() -> None:
             assert server.client_left.wait(DEADLINE)
         finally:
             server.close()
+
+
+@BOTH
+def test_an_endless_event_line_is_connection_lost(call: Submit) -> None:
+    """A daemon streaming a line without end cannot exhaust the client's memory."""
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [b"x" * (2 * 1024 * 1024)])
+        try:
+            with pytest.raises(ConnectionLost):
+                call(server.path, {})
+        finally:
+            server.close()

@@ -7,7 +7,7 @@ import errno
 import os
 from collections.abc import Callable
 
-from ._client import _DIAL_SECONDS, _timeout_seconds
+from ._client import _DIAL_SECONDS, LINE_LIMIT, _timeout_seconds
 from ._durations import Duration
 from ._errors import ConnectionLost, SendFailed, SubmitTimeout, Unreachable
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
@@ -15,7 +15,6 @@ from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payloa
 __all__ = ["asubmit"]
 
 _RELAYED = (EVENT_QUEUED, EVENT_STARTED)
-_LINE_LIMIT = 1024 * 1024
 
 
 async def asubmit(
@@ -80,7 +79,7 @@ async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWrite
     while True:
         try:
             async with asyncio.timeout_at(deadline):
-                return await asyncio.open_unix_connection(path, limit=_LINE_LIMIT)
+                return await asyncio.open_unix_connection(path, limit=LINE_LIMIT)
         except TimeoutError:
             raise Unreachable(errno.ETIMEDOUT, "timed out connecting", path) from None
         except OSError as exc:

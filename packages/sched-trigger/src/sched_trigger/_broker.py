@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -109,7 +110,9 @@ class BrokerThread(Generic[P]):
     ) -> None:
         self.stop()
 
-    async def _main(self, server: Server[P], sock: Any, run: SyncRun[P] | AsyncRun[P]) -> None:
+    async def _main(
+        self, server: Server[P], sock: socket.socket, run: SyncRun[P] | AsyncRun[P]
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
         executor = asyncio.create_task(execute(self.queue, run, stop=stop))

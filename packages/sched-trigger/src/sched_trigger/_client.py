@@ -40,6 +40,8 @@ def __getattr__(name: str) -> timedelta:
 
 
 _RELAYED = (EVENT_QUEUED, EVENT_STARTED)
+#: The longest event line the clients accept: a daemon never sends one this long.
+LINE_LIMIT = 1024 * 1024
 # Connect failures that mean "nobody can take the request": no file, a stale
 # socket, a refused permission, a path that is not a socket.
 _RETRY_CONNECT = (errno.EAGAIN, errno.EWOULDBLOCK)
@@ -187,6 +189,8 @@ def _read_events(
                     errno.ECONNRESET, "connection closed before the run's result", path
                 )
             buffer += chunk
+            if len(buffer) > LINE_LIMIT:
+                raise ConnectionLost(errno.EPROTO, "daemon sent an event line over 1 MiB", path)
             continue
         line, buffer = buffer[:newline], buffer[newline + 1 :]
         if not line.strip():
