@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 import time
 
 from ._errors import ConnectionLost, SendFailed, SubmitTimeout, TriggerError, Unreachable
@@ -65,41 +66,67 @@ def _remaining(deadline: float | None) -> float | None:
 def connect(path: str, deadline: float | None) -> socket.socket:
     """Connect to the daemon within `DIAL_TIMEOUT` (and *deadline*), or raise.
 
-    On Linux a blocking connect to a unix socket whose accept backlog is full
-    sleeps in the kernel until there is room, bounded by ``SO_SNDTIMEO``; a
-    connect refused with ``EAGAIN`` anyway is retried until the bound.
+    The first attempt does not block. If the kernel refuses it with ``EAGAIN``
+    (the daemon's accept backlog is full), Linux lets a blocking connect wait
+    in the kernel until there is room, bounded by ``SO_SNDTIMEO``: no polling.
+    Elsewhere the connect is retried with short, growing pauses. Either way
+    the wait ends at the bound.
 
     Raises:
         Unreachable: the connect failed or did not finish in time.
         SubmitTimeout: *deadline* passed first.
     """
     dial_deadline = time.monotonic() + _DIAL_SECONDS
+    limit = dial_deadline if deadline is None else min(dial_deadline, deadline)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        kernel_wait = False
         delay = 0.001
         while True:
-            now = time.monotonic()
-            limit = dial_deadline if deadline is None else min(dial_deadline, deadline)
-            budget = limit - now
+            budget = limit - time.monotonic()
             if budget <= 0:
                 if deadline is not None and deadline <= dial_deadline:
                     raise SubmitTimeout(f"timed out connecting to {path}")
                 raise Unreachable(errno.ETIMEDOUT, "timed out connecting", path)
-            sock.settimeout(budget)
+            if kernel_wait:
+                _send_timeout(sock, budget)
+            else:
+                sock.settimeout(budget)
             try:
                 sock.connect(path)
             except TimeoutError:
                 continue
             except OSError as exc:
-                if exc.errno in _RETRY_CONNECT:
-                    time.sleep(min(delay, max(budget, 0)))
+                if exc.errno not in _RETRY_CONNECT:
+                    raise Unreachable(exc.errno, exc.strerror or "cannot connect", path) from exc
+                if _KERNEL_WAIT and not kernel_wait:
+                    kernel_wait = True
+                    sock.settimeout(None)
+                elif not _KERNEL_WAIT:
+                    time.sleep(min(delay, budget))
                     delay = min(delay * 2, 0.05)
-                    continue
-                raise Unreachable(exc.errno, exc.strerror or "cannot connect", path) from exc
+                continue
+            if kernel_wait:
+                _send_timeout(sock, 0)
             return sock
     except BaseException:
         sock.close()
         raise
+
+
+# Linux's blocking unix-socket connect sleeps until the backlog has room, for
+# at most SO_SNDTIMEO.
+_KERNEL_WAIT = sys.platform == "linux"
+
+
+def _send_timeout(sock: socket.socket, seconds: float) -> None:
+    import struct  # only on the rare full-backlog path
+
+    whole = int(seconds)
+    micros = int((seconds - whole) * 1_000_000) if seconds > 0 else 0
+    if seconds > 0 and not whole and not micros:
+        micros = 1  # zero would mean "wait for ever"
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", whole, micros))
 
 
 def submit(
