@@ -42,7 +42,7 @@ def test_all_lists_exactly_the_public_names() -> None:
     for name in sched_trigger.__all__:
         assert getattr(sched_trigger, name) is not None
     public = {n for n in dir(sched_trigger) if not n.startswith("_")}
-    assert set(sched_trigger.__all__) == public - {"annotations", "sys", "TYPE_CHECKING"}
+    assert set(sched_trigger.__all__) == public - {"annotations", "TYPE_CHECKING"}
     with pytest.raises(AttributeError):
         sched_trigger.nope  # noqa: B018
 

@@ -11,9 +11,9 @@ on first use.
 
 from __future__ import annotations
 
-import sys
+import sys as _sys
 
-if sys.platform == "win32":  # pragma: no cover
+if _sys.platform == "win32":  # pragma: no cover
     raise ImportError("sched-trigger needs unix sockets (Linux or macOS); Windows is not supported")
 
 from ._client import submit as submit
