@@ -90,26 +90,32 @@ def say(text):
     os.write(REPORT, (text + "\\n").encode())
 """
 
-#: Exits on SIGTERM by the default action, after reporting it.
+# A Python handler cannot be trusted here: a signal landing between the
+# interpreter's last check and the start of ``time.sleep``'s system call waits
+# for the sleep to end. So the children block SIGTERM before they report
+# ready and take it with ``sigwait``, which cannot miss it.
+
+#: Traps SIGTERM, reports it, then dies of it (the default action).
 TERM_EXITS = """
-def on_term(signum, frame):
-    say("got " + signal.Signals(signum).name)
-    signal.signal(signum, signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+def on_term(signum):
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
     os.kill(os.getpid(), signum)
-signal.signal(signal.SIGTERM, on_term)
 """
 
-#: Reports SIGTERM and carries on (only SIGKILL stops it).
+#: Traps SIGTERM, reports it and carries on (only SIGKILL stops it).
 TERM_IGNORED = """
-def on_term(signum, frame):
-    say("got " + signal.Signals(signum).name)
-signal.signal(signal.SIGTERM, on_term)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+def on_term(signum):
+    pass
 """
 
-#: Sleeps until a signal ends it.
+#: Waits for SIGTERM (trapped by TERM_EXITS or TERM_IGNORED), reporting each one.
 SLEEP = """
 while True:
-    time.sleep(3600)
+    signum = signal.sigwait([signal.SIGTERM])
+    say("got " + signal.Signals(signum).name)
+    on_term(signum)
 """
 
 

@@ -137,7 +137,7 @@ def test_one_stop_event_stops_concurrent_runs() -> None:
         stop.set()
         for thread in threads:
             thread.join(DEADLINE)
-        assert [["got SIGTERM"]] * 3 == [pipe.rest() for pipe in pipes]
+        assert [["got SIGTERM"]] * 3 == [pipe.rest() for pipe in pipes], results
     finally:
         for pipe in pipes:
             pipe.close()

@@ -26,13 +26,15 @@ _HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 class Child:
     """A started ``Popen`` with an exit descriptor and a signal target."""
 
-    __slots__ = ("_exit_fd", "_pidfd", "_waiter", "pgid", "proc")
+    __slots__ = ("_exit_fd", "_lock", "_pidfd", "_terminated", "_waiter", "pgid", "proc")
 
     def __init__(self, proc: subprocess.Popen[Any], *, kill_group: bool) -> None:
         self.proc = proc
         self.pgid: int | None = proc.pid if kill_group else None
         self._pidfd: int | None = None
         self._waiter: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._terminated = False
         if _HAVE_PIDFD:
             try:
                 self._pidfd = os.pidfd_open(proc.pid)
@@ -63,6 +65,19 @@ class Child:
     def reap(self) -> int:
         """Reap the exited child and return its returncode (it does not block long)."""
         return self.proc.wait()
+
+    def terminate(self) -> bool:
+        """Send SIGTERM once; later calls do nothing. Safe from any thread.
+
+        Returns:
+            Whether this call sent it.
+        """
+        with self._lock:
+            if self._terminated:
+                return False
+            self._terminated = True
+        self.send(signal.SIGTERM)
+        return True
 
     def send(self, sig: signal.Signals) -> None:
         """Send *sig* to the child, or to its whole group under ``kill_group``."""

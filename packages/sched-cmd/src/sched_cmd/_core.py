@@ -224,6 +224,7 @@ def execute(options: Options, wakeup: Wakeup) -> Outcome:
         _abort(proc, child)
         raise
     finally:
+        wakeup.set_stop_action(None)  # before the pidfd closes and its number is reused
         if child is not None:
             child.close()
         _close_pipes(proc)
@@ -281,6 +282,9 @@ class _Session:
         self.input_pos = 0
 
         selector.register(wakeup.fileno(), selectors.EVENT_READ, "wakeup")
+        # A stop request sends SIGTERM from the requesting thread at once; this
+        # thread then wakes to start the grace and log it.
+        wakeup.set_stop_action(child.terminate)
         selector.register(child.exit_fd(), selectors.EVENT_READ, "exit")
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
@@ -365,7 +369,7 @@ class _Session:
         self.terminating = True
         if self.deadline is None:
             self.deadline = now + self.grace
-        self._signal(signal.SIGTERM)
+        self.child.terminate()  # a no-op if the stop request's thread already sent it
         log = _logger(self.options.logger)
         log.info(
             "sched_cmd: %s: sent SIGTERM to %s %d; SIGKILL in %s if it has not exited",
@@ -389,7 +393,7 @@ class _Session:
         self.sweep_at = None
 
     def _kill(self, why: str) -> None:
-        self._signal(signal.SIGKILL)
+        self.child.send(signal.SIGKILL)
         _logger(self.options.logger).warning(
             "sched_cmd: %s %d: %s (grace %s); sent SIGKILL",
             "process group" if self.child.pgid is not None else "pid",
@@ -398,9 +402,6 @@ class _Session:
             go_duration(self.options.grace),
             extra=self._extra(signal.SIGKILL, why),
         )
-
-    def _signal(self, sig: signal.Signals) -> None:
-        self.child.send(sig)
 
     def _extra(self, sig: signal.Signals, reason: str) -> dict[str, Any]:
         return {
@@ -432,7 +433,7 @@ class _Session:
             return
         if not self.terminating:
             self.terminating = True
-            self.child.send(signal.SIGTERM)
+        if self.child.terminate():  # not sent yet by a stop request
             _logger(self.options.logger).warning(
                 "sched_cmd: pid %d exited but members of its process group are still "
                 "running; sent them SIGTERM, SIGKILL in %s",

@@ -26,7 +26,15 @@ __all__ = ["Wakeup", "subscribe"]
 class Wakeup:
     """A self-pipe carrying two requests: stop gracefully, or kill at once."""
 
-    __slots__ = ("_closed", "_lock", "_read_fd", "_write_fd", "kill_requested", "stop_requested")
+    __slots__ = (
+        "_closed",
+        "_lock",
+        "_read_fd",
+        "_stop_action",
+        "_write_fd",
+        "kill_requested",
+        "stop_requested",
+    )
 
     def __init__(self) -> None:
         self._read_fd, self._write_fd = os.pipe()
@@ -36,10 +44,21 @@ class Wakeup:
         self._closed = False
         self.stop_requested = False
         self.kill_requested = False
+        self._stop_action: Callable[[], object] | None = None
 
     def fileno(self) -> int:
         """Return the descriptor that becomes readable when a request arrives."""
         return self._read_fd
+
+    def set_stop_action(self, action: Callable[[], object] | None) -> None:
+        """Have *action* run in the requesting thread on every stop request.
+
+        The run sets it to "send SIGTERM" once the child is started, so the
+        signal leaves without waiting for the run's thread to wake; it clears
+        it (waiting for a running action to finish) before the child is released.
+        """
+        with self._lock:
+            self._stop_action = action
 
     def request_stop(self) -> None:
         """Ask the run to stop the child gracefully (SIGTERM, grace, SIGKILL)."""
@@ -57,6 +76,8 @@ class Wakeup:
                 self.stop_requested = True
             if self._closed:
                 return
+            if not kill and self._stop_action is not None:
+                self._stop_action()
             # A full pipe holds earlier wake-ups: the reader wakes anyway.
             with contextlib.suppress(BlockingIOError):
                 os.write(self._write_fd, b"!")
