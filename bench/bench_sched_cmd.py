@@ -19,7 +19,8 @@ stop is requested to the moment the call returns with the child reaped:
 * **poll 50 ms**: what a runner built on ``Popen.wait(timeout=...)`` polling
   the stop event would cost (for reference; the design avoids it).
 
-Variants are interleaved round by round so drift hits them all alike.
+Variants are interleaved round by round so drift hits them all alike; the
+naive poller runs last, on its own (a tenth of the rounds).
 Run: ``python bench/bench_sched_cmd.py [--quick] [--rounds N] [--output FILE]``.
 """
 
@@ -171,8 +172,10 @@ VARIANTS: dict[str, Callable[[int, int], float]] = {
     "sched_cmd.run(stop=Event, capture_output=True)": sched_run(capture_output=True),
     "sched_cmd.run(stop=Event, kill_group=True)": sched_run(kill_group=True),
     "sched_cmd.arun(stop=asyncio.Event)": sched_arun,
-    "naive: Popen.wait(timeout=0.05) loop": poll_50ms,
 }
+#: Measured after the others, not interleaved: its 50 ms naps let the CPUs
+#: fall into deep idle states, which slows whatever runs next.
+NAIVE = "naive: Popen.wait(timeout=0.05) loop"
 
 
 def measure(rounds: int) -> dict[str, list[float]]:
@@ -184,6 +187,7 @@ def measure(rounds: int) -> dict[str, list[float]]:
     for _ in range(rounds):
         for name, variant in VARIANTS.items():
             samples[name].append(_with_pipe(variant))
+    samples[NAIVE] = [_with_pipe(poll_50ms) for _ in range(max(5, rounds // 10))]
     return samples
 
 

@@ -22,6 +22,7 @@ from sched_cmd_testkit import (
 )
 
 import sched_cmd._child
+import sched_cmd._wakeup
 from sched_cmd import run
 
 READY = 'say(f"ready {os.getpid()}")\n'
@@ -111,17 +112,50 @@ def test_an_exception_while_waiting_kills_and_reaps_the_child(sigusr1_interrupts
     assert process_state(pids[0]) is None
 
 
-def test_the_stop_watcher_thread_ends_once_the_event_is_set() -> None:
-    """The helper waiting on a stop event exits when it is set; runs share one helper."""
+def _watchers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "sched_cmd stop watcher"}
 
-    def watchers() -> set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name == "sched_cmd stop watcher"}
 
+def test_a_stop_event_is_watched_without_a_thread_on_this_python() -> None:
+    """The hook in Event.set() fires here, so no helper thread is started for the event."""
+    before = _watchers()
+    with report() as pipe:
+        stop = threading.Event()
+        on_ready(pipe, lambda _pid: stop.set())
+        result = run(child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, pass_fds=[pipe.write_fd])
+        assert ["got SIGTERM"] == pipe.rest()
+    assert -signal.SIGTERM == result.returncode
+    assert before == _watchers()
+    assert 0 == run(["true"], stop=threading.Event()).returncode
+    assert before == _watchers()
+
+
+def test_the_fallback_watcher_thread_stops_runs_and_ends_once_the_event_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the hook is unavailable, one helper thread per event wakes its runs, then ends."""
+    monkeypatch.setattr(sched_cmd._wakeup, "_hook", lambda event, wakeup: None)
     stop = threading.Event()
-    before = watchers()
+    before = _watchers()
     run(["true"], stop=stop)
     run(["true"], stop=stop)
-    (mine,) = watchers() - before
-    stop.set()
+    (mine,) = _watchers() - before
+    with report() as pipe:
+        on_ready(pipe, lambda _pid: stop.set())
+        result = run(child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, pass_fds=[pipe.write_fd])
+        assert ["got SIGTERM"] == pipe.rest()
+    assert -signal.SIGTERM == result.returncode
     mine.join(30)
     assert not mine.is_alive()
+
+
+def test_an_event_hook_removed_after_the_run_leaves_the_event_working() -> None:
+    """After runs finish, the stop event still sets, waits and clears normally."""
+    stop = threading.Event()
+    run(["true"], stop=stop)
+    waiter = threading.Thread(target=stop.wait)
+    waiter.start()
+    stop.set()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert stop.is_set()

@@ -75,8 +75,8 @@ class Child:
         with self._lock:
             if self._terminated:
                 return False
+            self.send(signal.SIGTERM)  # should it raise, a later call tries again
             self._terminated = True
-        self.send(signal.SIGTERM)
         return True
 
     def send(self, sig: signal.Signals) -> None:

@@ -40,6 +40,7 @@ Command: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes] | Sequ
 Input: TypeAlias = "bytes | bytearray | memoryview | str"
 
 _CHUNK = 1 << 16
+_INFO = 20  # logging.INFO, without importing logging until a message is due
 _SWEEP_FIRST_CHECK = 0.001
 _SWEEP_MAX_CHECK = 0.05
 _TEXT_KEYS = ("text", "universal_newlines", "encoding", "errors")
@@ -371,6 +372,8 @@ class _Session:
             self.deadline = now + self.grace
         self.child.terminate()  # a no-op if the stop request's thread already sent it
         log = _logger(self.options.logger)
+        if not log.isEnabledFor(_INFO):
+            return
         log.info(
             "sched_cmd: %s: sent SIGTERM to %s %d; SIGKILL in %s if it has not exited",
             reason,

@@ -4,15 +4,26 @@ A run waits in one ``select`` over the child's pipes, its exit descriptor and
 the read end of a `Wakeup` self-pipe. Another thread asks it to stop
 gracefully or to kill at once by setting a flag and writing one byte.
 
-A ``threading.Event`` has no descriptor to select on, so one helper thread per
-distinct stop event waits on it and wakes every run subscribed to it when it is
-set (`subscribe`). The helper ends once the event is set; an event that is
-never set keeps its one helper (a daemon thread) for the life of the process,
-which is why runs share the helper rather than starting one each.
+A ``threading.Event`` has no descriptor to select on. `subscribe` has two
+ways to learn that one was set, without polling:
+
+* the hook: ``threading.Event.set()`` calls ``notify_all()`` on the event's
+  ``Condition``, which calls ``release()`` on every waiter queued in it; a
+  run queues one more "waiter" whose ``release()`` makes the stop request
+  right there, in the thread that set the event. No thread, no wake-up
+  between ``set()`` and the SIGTERM. It relies on the standard library's
+  pure-Python ``threading`` (``Event._cond``, ``Condition._waiters``), the
+  same in CPython 3.11 to 3.13 and in PyPy, so it is used only where those
+  attributes are what they should be (a test pins that it fires);
+* otherwise, a helper thread per distinct stop event waits on it and wakes
+  every run subscribed to it. It ends once the event is set; an event that
+  is never set keeps its one daemon helper for the life of the process,
+  which is why runs share the helper rather than starting one each.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -72,15 +83,19 @@ class Wakeup:
         with self._lock:
             if kill:
                 self.kill_requested = True
+            elif self.stop_requested:
+                return  # already requested: the reader has its byte
             else:
                 self.stop_requested = True
             if self._closed:
                 return
-            if not kill and self._stop_action is not None:
-                self._stop_action()
-            # A full pipe holds earlier wake-ups: the reader wakes anyway.
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._write_fd, b"!")
+            try:
+                if not kill and self._stop_action is not None:
+                    self._stop_action()
+            finally:
+                # A full pipe holds earlier wake-ups: the reader wakes anyway.
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._write_fd, b"!")
 
     def clear(self) -> None:
         """Consume pending wake-up bytes (the flags keep the requests)."""
@@ -131,12 +146,58 @@ class _EventWatcher:
             self.subscribers.clear()
 
 
+@final
+class _SetHook:
+    """Queued among a Condition's waiters: ``Event.set()`` "releases" it (the fast path)."""
+
+    __slots__ = ("_wakeup",)
+
+    def __init__(self, wakeup: Wakeup) -> None:
+        self._wakeup = wakeup
+
+    def release(self) -> None:
+        """Make the stop request, in the thread calling ``Event.set()``."""
+        # Never fail the caller's set(): should the SIGTERM fail here, the run's
+        # thread, woken all the same, sends it again and meets the error itself.
+        with contextlib.suppress(Exception):
+            self._wakeup.request_stop()
+
+
+def _hook(event: threading.Event, wakeup: Wakeup) -> Callable[[], None] | None:
+    """Queue a `_SetHook` on *event*'s Condition; None where the internals differ.
+
+    Returns:
+        The function that removes the hook, or None (use the helper thread).
+    """
+    condition = getattr(event, "_cond", None)
+    if not isinstance(condition, threading.Condition):
+        return None
+    waiters = getattr(condition, "_waiters", None)
+    if not isinstance(waiters, collections.deque):
+        return None
+    hook = _SetHook(wakeup)
+    with condition:
+        if event.is_set():
+            hook.release()  # set meanwhile: nothing to wait for
+        else:
+            waiters.append(hook)
+
+    def unhook() -> None:
+        with condition, contextlib.suppress(ValueError):
+            waiters.remove(hook)  # gone already if set() released it
+
+    return unhook
+
+
 def subscribe(event: threading.Event, wakeup: Wakeup) -> Callable[[], None]:
     """Have *wakeup* receive a stop request when *event* is set.
 
     Returns:
         A function that cancels the subscription; call it before closing *wakeup*.
     """
+    unhook = _hook(event, wakeup)
+    if unhook is not None:
+        return unhook
     with _watchers_lock:
         watcher = _watchers.get(id(event))
         start = watcher is None
