@@ -6,6 +6,7 @@ import re
 import subprocess
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,3 +132,13 @@ def _parse_go(text: str) -> int:
 def test_go_duration_round_trips(value: timedelta) -> None:
     """go_duration's text always reads back as the same number of microseconds."""
     assert value // timedelta(microseconds=1) == _parse_go(go_duration(value))
+
+
+def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's example runs as written (skipped where the README is not shipped)."""
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    if not readme.exists():
+        pytest.skip("README.md is not beside the tests (an installed-wheel run)")
+    (code,) = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
+    exec(compile(code, str(readme), "exec"), {"__name__": "readme_example"})
+    assert "synced\n" == capsys.readouterr().out

@@ -278,3 +278,24 @@ def test_non_positive_grace_uses_the_default() -> None:
     assert timedelta(seconds=5) == sched_cmd.DEFAULT_GRACE
     assert sched_cmd.DEFAULT_GRACE == sched_cmd.command_runner(0).grace  # type: ignore[attr-defined]
     assert sched_cmd.DEFAULT_GRACE == sched_cmd.command_runner(-1.5).grace  # type: ignore[attr-defined]
+
+
+def test_timeout_while_a_grandchild_holds_the_pipes_raises_after_the_grace() -> None:
+    """A child that exited leaving its pipes held open still times out, bounded by the grace."""
+    with report() as pipe:
+        code = child(
+            pipe,
+            """
+            import subprocess
+            stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+            say(f"stray {stray.pid}")
+            print("child done", flush=True)
+            """,
+        )
+        try:
+            with pytest.raises(subprocess.TimeoutExpired) as caught:
+                run(code, timeout=0.5, grace=1.5, capture_output=True, pass_fds=[pipe.write_fd])
+        finally:
+            for line in pipe.rest():
+                kill_quietly(int(line.split()[1]))
+    assert b"child done\n" == caught.value.stdout

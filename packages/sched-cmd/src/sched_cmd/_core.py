@@ -347,7 +347,10 @@ class _Session:
     def _on_time(self, now: float) -> None:
         if not self.terminating and self.timeout_at is not None and now >= self.timeout_at:
             self.timed_out = True
-            self._terminate(now, "timeout")
+            if self.returncode is None:
+                self._terminate(now, "timeout")
+            else:  # exited, but its pipes are held open: the grace since the exit bounds it
+                self.terminating = True
         if self.deadline is not None and not self.deadline_passed and now >= self.deadline:
             self._grace_over("still running at the end of the grace")
         if self.sweep_at is not None and now >= self.sweep_at:
