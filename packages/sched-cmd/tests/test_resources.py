@@ -149,6 +149,25 @@ def test_the_fallback_watcher_thread_stops_runs_and_ends_once_the_event_is_set(
     assert not mine.is_alive()
 
 
+def test_an_event_subclass_overriding_set_is_watched_by_the_helper_thread() -> None:
+    """A subclass with its own set() gets the helper thread, which still stops the run."""
+
+    class LoggingEvent(threading.Event):
+        def set(self) -> None:
+            super().set()
+
+    stop = LoggingEvent()
+    before = _watchers()
+    with report() as pipe:
+        on_ready(pipe, lambda _pid: stop.set())
+        result = run(child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, pass_fds=[pipe.write_fd])
+        assert ["got SIGTERM"] == pipe.rest()
+    assert -signal.SIGTERM == result.returncode
+    for thread in _watchers() - before:
+        thread.join(30)
+        assert not thread.is_alive()
+
+
 def test_an_event_hook_removed_after_the_run_leaves_the_event_working() -> None:
     """After runs finish, the stop event still sets, waits and clears normally."""
     stop = threading.Event()

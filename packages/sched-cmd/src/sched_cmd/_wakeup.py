@@ -169,6 +169,8 @@ def _hook(event: threading.Event, wakeup: Wakeup) -> Callable[[], None] | None:
     Returns:
         The function that removes the hook, or None (use the helper thread).
     """
+    if type(event).set is not threading.Event.set:
+        return None  # a subclass may set the flag without notifying the condition
     condition = getattr(event, "_cond", None)
     if not isinstance(condition, threading.Condition):
         return None
