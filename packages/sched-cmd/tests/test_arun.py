@@ -6,6 +6,7 @@ import asyncio
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from sched_cmd_testkit import (
@@ -151,3 +152,27 @@ def test_arun_rejects_a_threading_event() -> None:
             await arun(["true"], stop=threading.Event())  # type: ignore[arg-type]
 
     asyncio.run(main(), debug=True)
+
+
+def test_arun_raises_the_popen_error_of_a_missing_program() -> None:
+    """An error in the worker thread reaches the awaiting task."""
+
+    async def main() -> None:
+        with pytest.raises(FileNotFoundError):
+            await arun(["/nonexistent/sched-cmd-test-program"])
+
+    asyncio.run(main(), debug=True)
+
+
+def test_arun_cancelled_before_its_first_step_starts_no_child(tmp_path: Path) -> None:
+    """A task cancelled before arun ever ran starts nothing and ends cancelled."""
+    marker = tmp_path / "started"
+
+    async def main() -> None:
+        task = asyncio.create_task(arun(["touch", str(marker)]))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main(), debug=True)
+    assert not marker.exists()

@@ -184,19 +184,13 @@ async def arun(
     done: asyncio.Future[Outcome] = loop.create_future()
     wakeup = Wakeup()
 
-    def deliver(outcome: Outcome | None, error: BaseException | None) -> None:
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(outcome)  # type: ignore[arg-type]
-
     def work() -> None:
         try:
             outcome = execute(options, wakeup)
         except BaseException as error:  # delivered to the awaiting task
-            loop.call_soon_threadsafe(deliver, None, error)
+            loop.call_soon_threadsafe(done.set_exception, error)
         else:
-            loop.call_soon_threadsafe(deliver, outcome, None)
+            loop.call_soon_threadsafe(done.set_result, outcome)
 
     watcher: asyncio.Task[Any] | None = None
     if stop is not None:
