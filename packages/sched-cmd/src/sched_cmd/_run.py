@@ -53,8 +53,11 @@ def run(
 
     Waiting does not poll: one ``select`` covers the pipes, the child's exit
     (a pidfd on Linux, a waiter thread elsewhere) and a self-pipe woken when
-    *stop* is set. One helper thread per distinct *stop* event waits on it
-    until it is set; share one event between runs.
+    *stop* is set. ``stop.set()`` itself sends the SIGTERM, in the thread
+    that calls it, through a hook on the event's condition; for an event
+    whose class overrides ``set()`` (or on an interpreter whose ``threading``
+    differs), one helper thread per distinct event waits on it instead, until
+    it is set, so share one event between runs.
 
     Args:
         args: the command, as for ``subprocess.run``.
