@@ -222,7 +222,9 @@ def _test_wheel(session: nox.Session, name: str) -> None:
         # there and nowhere else.
         dist = name.replace("_", "-")
         pip = ("uv", "pip", "install", "--quiet", "--python", python)
-        session.run(*pip, "--no-index", "--find-links", str(WHEELHOUSE), dist)
+        # --no-cache: a rebuilt wheel keeps its file name, and a cached copy of
+        # an older build must never stand in for it.
+        session.run(*pip, "--no-cache", "--no-index", "--find-links", str(WHEELHOUSE), dist)
         session.run(*pip, *_test_group(name))
         shutil.copytree(PACKAGES[name] / "tests", work / "tests")
         shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
