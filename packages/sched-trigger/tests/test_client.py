@@ -148,6 +148,29 @@ def test_an_on_event_exception_closes_the_connection_and_propagates(call: Submit
             server.close()
 
 
+def test_a_deadline_that_passes_during_the_connect_is_a_submit_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The timeout running out between the connect and the send is SubmitTimeout, not ValueError."""
+    real_connect = _client.connect
+
+    def slow_connect(path: str, deadline: float | None) -> socket.socket:
+        sock = real_connect(path, deadline)
+        assert deadline is not None
+        while _client.time.monotonic() <= deadline:  # let the deadline pass, nothing more
+            _client.time.sleep(max(deadline - _client.time.monotonic(), 0) + 0.001)
+        return sock
+
+    monkeypatch.setattr(_client, "connect", slow_connect)
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [DONE])
+        try:
+            with pytest.raises(SubmitTimeout):
+                submit(server.path, {}, timeout=0.01)
+        finally:
+            server.close()
+
+
 @BOTH
 def test_bad_payloads_fail_before_connecting(call: Submit) -> None:
     """An unserializable payload or a bad timeout is refused up front."""

@@ -172,8 +172,11 @@ def submit(
     path = str(socket_path) if not isinstance(socket_path, str) else socket_path
     sock = connect(path, deadline)
     try:
-        sock.settimeout(_remaining(deadline))
+        remaining = _remaining(deadline)
         try:
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError  # spent by the connect (settimeout refuses a negative)
+            sock.settimeout(remaining)
             sock.sendall(data)
         except TimeoutError:
             raise SubmitTimeout(f"timed out sending the request to {path}") from None
