@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import threading
+from _thread import LockType
 from collections.abc import Iterator
 from types import FrameType
 
@@ -147,6 +148,29 @@ def test_the_fallback_watcher_thread_stops_runs_and_ends_once_the_event_is_set(
     assert -signal.SIGTERM == result.returncode
     mine.join(30)
     assert not mine.is_alive()
+
+
+def test_an_interpreter_whose_set_skips_foreign_waiters_gets_the_helper_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where Event.set() would not call the hook (the attributes look right, the behaviour
+    differs, as a future threading might), the helper thread still stops the run."""
+
+    def notify_locks_only(self: threading.Condition, n: int = 1) -> None:
+        # Wakes only real lock waiters, as a C-level Condition would.
+        for waiter in [w for w in self._waiters if isinstance(w, LockType)][:n]:  # type: ignore[attr-defined]
+            waiter.release()
+            self._waiters.remove(waiter)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(threading.Condition, "notify", notify_locks_only)
+    stop = threading.Event()
+    with report() as pipe:
+        on_ready(pipe, lambda _pid: stop.set())
+        result = run(
+            child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, timeout=10, pass_fds=[pipe.write_fd]
+        )
+        assert ["got SIGTERM"] == pipe.rest()
+    assert -signal.SIGTERM == result.returncode
 
 
 def test_an_event_subclass_overriding_set_is_watched_by_the_helper_thread() -> None:

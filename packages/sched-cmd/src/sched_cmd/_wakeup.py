@@ -12,9 +12,25 @@ ways to learn that one was set, without polling:
   run queues one more "waiter" whose ``release()`` makes the stop request
   right there, in the thread that set the event. No thread, no wake-up
   between ``set()`` and the SIGTERM. It relies on the standard library's
-  pure-Python ``threading`` (``Event._cond``, ``Condition._waiters``), the
-  same in CPython 3.11 to 3.13 and in PyPy, so it is used only where those
-  attributes are what they should be (a test pins that it fires);
+  pure-Python ``threading`` (``Event._cond``, ``Condition._waiters``): the
+  same code in CPython 3.11 to 3.13 (tested here), in their free-threaded
+  builds (the same module) and in PyPy; a later release could change it, so
+  it is used only where those attributes are what they should be *and*
+  a probe event shows that ``set()`` really releases a foreign waiter (a
+  ``threading`` whose ``set()`` stops doing so falls back, not hangs);
+
+  Why it is safe: the hook is queued and removed under the condition's
+  lock, exactly as ``Condition.wait`` queues and removes its own waiters, so
+  ``set()``, other waiters and timeouts see a consistent deque with or
+  without the GIL. A ``set()`` racing the run's start is covered: the
+  self-pipe is registered in the selector before anything else and the
+  request (flag plus byte) is made whether or not the child exists yet, and
+  ``execute`` starts no child once the flag is up. The hook's ``release()``
+  runs in the setter's thread with the event's lock held, so it only takes
+  the `Wakeup` lock, sends one signal and writes one byte; the run's thread
+  holds no other lock when it takes the event's (to queue or remove the
+  hook), so the lock order is always event, then `Wakeup`; and it never
+  raises into ``set()``;
 * otherwise, a helper thread per distinct stop event waits on it and wakes
   every run subscribed to it. It ends once the event is set; an event that
   is never set keeps its one daemon helper for the life of the process,
@@ -163,6 +179,40 @@ class _SetHook:
             self._wakeup.request_stop()
 
 
+@final
+class _Probe:
+    """A foreign waiter that records whether ``Event.set()`` released it."""
+
+    __slots__ = ("released",)
+
+    def __init__(self) -> None:
+        self.released = False
+
+    def release(self) -> None:
+        """Record the call."""
+        self.released = True
+
+
+def _set_releases_foreign_waiters() -> bool:
+    """Tell whether ``threading.Event.set()`` calls ``release()`` on an extra waiter.
+
+    Checked on a throwaway event each time (a few microseconds, beside the
+    fork and exec of a run), so a ``threading`` that changed or was patched
+    is caught instead of leaving a run deaf to its stop.
+    """
+    event = threading.Event()
+    waiters = getattr(getattr(event, "_cond", None), "_waiters", None)
+    if not isinstance(waiters, collections.deque):
+        return False
+    probe = _Probe()
+    waiters.append(probe)
+    try:
+        event.set()
+    except Exception:
+        return False
+    return probe.released and probe not in waiters
+
+
 def _hook(event: threading.Event, wakeup: Wakeup) -> Callable[[], None] | None:
     """Queue a `_SetHook` on *event*'s Condition; None where the internals differ.
 
@@ -171,6 +221,8 @@ def _hook(event: threading.Event, wakeup: Wakeup) -> Callable[[], None] | None:
     """
     if type(event).set is not threading.Event.set:
         return None  # a subclass may set the flag without notifying the condition
+    if not _set_releases_foreign_waiters():
+        return None
     condition = getattr(event, "_cond", None)
     if not isinstance(condition, threading.Condition):
         return None
