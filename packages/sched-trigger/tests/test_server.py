@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from pathlib import Path
@@ -340,6 +341,56 @@ def test_default_logs_never_carry_the_payload(caplog: pytest.LogCaptureFixture) 
         (logging.WARNING, "trigger request rejected: undecodable request"),
     ] == [(r.levelno, r.getMessage().split(" (")[0]) for r in records]
     assert "scheduler is shutting down" == records[1].sched_reason  # type: ignore[attr-defined]
+    for record in records:
+        assert secret not in record.getMessage()
+        assert secret not in repr(vars(record))
+
+
+@dataclasses.dataclass
+class _Checked:
+    """A payload type whose validation quotes the offending value, as validators do."""
+
+    token: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.token.startswith("tok-"):
+            raise ValueError(f"bad token {self.token!r}")
+
+
+@dataclasses.dataclass
+class _Typed:
+    """A payload type whose validation raises TypeError quoting the value."""
+
+    token: str = ""
+
+    def __post_init__(self) -> None:
+        raise TypeError(f"cannot use {self.token}")
+
+
+def test_decoder_errors_are_logged_without_the_payload(caplog: pytest.LogCaptureFixture) -> None:
+    """A decoder (payload_type validation or a decode callable) quoting the payload in its
+    error: the client gets undecodable, and the log line carries no part of the payload."""
+    caplog.set_level(logging.INFO, logger="sched_trigger")
+    secret = "hunter2-secret"
+
+    def decode(value: Any) -> object:
+        raise KeyError(f"unknown repo {value['repo']}")
+
+    async def scenario() -> list[list[bytes]]:
+        answers = []
+        for options in (
+            {"payload_type": _Checked},
+            {"decode": decode},
+            {"payload_type": _Typed},
+        ):
+            async with daemon(**options) as d:
+                request = f'{{"token": "{secret}", "repo": "{secret}"}}'.encode()
+                answers.append(await exchange(d.path, request))
+        return answers
+
+    assert [[UNDECODABLE]] * 3 == run_async(scenario())
+    records = [r for r in caplog.records if r.name == "sched_trigger"]
+    assert 3 == len(records)
     for record in records:
         assert secret not in record.getMessage()
         assert secret not in repr(vars(record))

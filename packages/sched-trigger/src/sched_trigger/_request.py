@@ -320,6 +320,7 @@ def dataclass_decoder(cls: type[Any]) -> Converter:
         try:
             return cls(**kwargs)
         except TypeError as exc:
-            raise Undecodable(f"cannot build {cls.__name__}: {exc}") from None
+            # Its message may quote a field's value (a __post_init__ check): never logged.
+            raise Undecodable(f"cannot build {cls.__name__}: {type(exc).__name__}") from None
 
     return convert

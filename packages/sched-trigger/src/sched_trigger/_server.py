@@ -368,8 +368,12 @@ class _Connection(asyncio.Protocol):
         if decode is not None:
             try:
                 payload = decode(value)
-            except Exception as exc:
+            except Undecodable as exc:  # the library's own: names types, never values
                 self._fail(exc)
+                return
+            except Exception as exc:
+                # A decoder's or validator's message may quote the payload: log the type only.
+                self._fail(Undecodable(f"the decoder raised {type(exc).__name__}"))
                 return
         else:
             payload = value
