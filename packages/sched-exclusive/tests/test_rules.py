@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -596,4 +597,69 @@ def test_handoff_finds_the_demand_already_served(directory: str) -> None:
     assert Outcome.RAN == ex.run(job)
     assert 1 == job.runs
     assert 0 == ex.pending()
+    assert lock_is_free(directory)
+
+
+def close_the_lock_descriptor(directory: str) -> None:
+    """Close this process's descriptor on ``cycle.lock`` behind the holder's back, as a
+    job that closes every descriptor it did not open (a daemonizing helper) does: the
+    holder's own release then fails for real, with ``EBADF``."""
+    lock_file = str(Path(directory, "cycle.lock"))
+    found = [
+        int(fd.name) for fd in Path("/proc/self/fd").iterdir() if os.path.realpath(fd) == lock_file
+    ]
+    assert 1 == len(found), found
+    os.close(found[0])
+
+
+def test_keyboard_interrupt_survives_a_failed_release(directory: str) -> None:
+    """KeyboardInterrupt from the job propagates even when releasing the lock fails:
+    the release error never replaces it."""
+
+    def job() -> None:
+        close_the_lock_descriptor(directory)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Exclusive(directory).run(job)
+    assert lock_is_free(directory)
+
+
+def test_a_failed_release_keeps_the_outcome(directory: str) -> None:
+    """A release that fails after a run (here behind a gate closed mid-run, which makes
+    the holder retire while it holds the lock) is a RunError carrying the outcome and
+    the OSError, and the deferred demand stays recorded."""
+    open_ = True
+    other = Exclusive(directory)
+
+    def job() -> None:
+        nonlocal open_
+        other.run(lambda: None)
+        close_the_lock_descriptor(directory)
+        open_ = False
+
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory, gate=lambda: open_).run(job)
+    assert Outcome.RAN == caught.value.outcome
+    [failure] = caught.value.exceptions
+    assert isinstance(failure, OSError)
+    assert errno.EBADF == failure.errno
+    assert 1 == other.pending()
+    assert lock_is_free(directory)
+
+
+def test_a_failed_release_behind_a_closed_gate_keeps_outcome_gated(directory: str) -> None:
+    """A release that fails after a closed gate stopped the first run: RunError, outcome
+    gated, nothing run."""
+
+    def gate() -> bool:
+        close_the_lock_descriptor(directory)
+        return False
+
+    job = Recorder()
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory, gate=gate).run(job)
+    assert Outcome.GATED == caught.value.outcome
+    assert [errno.EBADF] == [getattr(e, "errno", None) for e in caught.value.exceptions]
+    assert 0 == job.runs
     assert lock_is_free(directory)

@@ -39,6 +39,7 @@ acquisition's run satisfies it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import typing
 from collections.abc import Callable, Generator
@@ -160,9 +161,8 @@ def _hold(
     try:
         if not _gate_open(gate, errors):
             log(logging.INFO, "cycle gate closed; skipping run", sched_outcome=Outcome.GATED.value)
-            if errors:
-                raise RunError("cycle gate failed (outcome gated)", errors, Outcome.GATED)
-            return Outcome.GATED
+            releasing, held = held, None
+            return _finish(releasing, errors, Outcome.GATED)
         try:
             if own_entry:
                 # Our own entry, which the run below satisfies: take it silently.
@@ -239,12 +239,29 @@ def _hold(
                     errors.append(failure)
         except OSError as exc:
             errors.append(exc)  # a holder-side failure: the runs so far stand
-        outcome = Outcome.RAN_QUEUED if reruns else Outcome.RAN
-    finally:
+    except BaseException:
+        # Whatever is propagating (a CoordinationError, KeyboardInterrupt, a
+        # cancellation) goes on unchanged: a failing release must not replace it.
         if held is not None:
+            with contextlib.suppress(OSError):
+                held.unlock()
+        raise
+    return _finish(held, errors, Outcome.RAN_QUEUED if reruns else Outcome.RAN)
+
+
+def _finish(held: Lease | None, errors: list[Exception], outcome: Outcome) -> Outcome:
+    """Release ``held`` if still held; return ``outcome``, or raise it with the errors.
+
+    A failing release is one more holder-side error: the outcome is kept.
+    """
+    if held is not None:
+        try:
             held.unlock()
+        except OSError as exc:
+            errors.append(exc)
     if errors:
-        raise RunError(f"cycle run failed (outcome {outcome})", errors, outcome)
+        what = "gate failed" if outcome is Outcome.GATED else "run failed"
+        raise RunError(f"cycle {what} (outcome {outcome})", errors, outcome)
     return outcome
 
 
