@@ -28,6 +28,25 @@ async def asubmit(
 
     Same arguments, result and errors as `submit`. Cancelling the task closes
     the connection (the daemon sees the client leave) and propagates.
+
+    Args:
+        socket_path: the daemon's unix socket.
+        payload: a dataclass instance, or anything ``json`` serializes.
+        on_event: called with each ``queued`` and ``started`` event; an
+            exception it raises closes the connection and propagates.
+        timeout: bound on the whole exchange; ``None`` waits as long as the
+            run takes. The connect is bounded by `DIAL_TIMEOUT` either way.
+
+    Returns:
+        The ``done`` event (``ok`` false with the queue's message when rejected).
+
+    Raises:
+        Unreachable: the socket could not be connected to.
+        SendFailed: the request could not be sent.
+        ConnectionLost: the connection ended, or carried garbage, before ``done``.
+        SubmitTimeout: *timeout* elapsed first.
+        TypeError: the payload is not serializable.
+        ValueError: the payload holds NaN or an infinity, or *timeout* is invalid.
     """
     data = encode_payload(payload)
     seconds = _timeout_seconds(timeout)

@@ -79,7 +79,15 @@ class BrokerThread(Generic[P]):
         self.join(timeout)
 
     def join(self, timeout: Duration | None = None) -> None:
-        """Wait for the broker thread to end (after `stop`, or after its executor failed)."""
+        """Wait for the broker thread to end (after `stop`, or after its executor failed).
+
+        Args:
+            timeout: bound on the join; ``None`` waits as long as it takes.
+
+        Raises:
+            TimeoutError: the thread did not finish in time.
+            BaseException: whatever ended the broker abnormally (a ``run`` that raised).
+        """
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             if timeout is None:

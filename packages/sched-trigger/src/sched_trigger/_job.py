@@ -260,7 +260,12 @@ class Job(Generic[P]):
         return self._started
 
     async def await_started(self) -> bool:
-        """The asyncio twin of `wait_started` (without a timeout: use ``asyncio.timeout``)."""
+        """The asyncio twin of `wait_started` (without a timeout: use ``asyncio.timeout``).
+
+        Returns:
+            ``True`` once the run started; ``False`` if the job was finished
+            without starting (cancelled by shutdown).
+        """
         await self._until(self._started_or_done)
         return self._started
 
@@ -281,7 +286,11 @@ class Job(Generic[P]):
         return self._outcome
 
     async def aresult(self) -> Outcome:
-        """The asyncio twin of `result` (without a timeout: use ``asyncio.timeout``)."""
+        """The asyncio twin of `result` (without a timeout: use ``asyncio.timeout``).
+
+        Returns:
+            The `Outcome` passed to `finish`.
+        """
         await self._until(self._is_done)
         assert self._outcome is not None
         return self._outcome

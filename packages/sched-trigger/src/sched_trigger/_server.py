@@ -129,6 +129,10 @@ class Server(Generic[P]):
         Returns once the server stops accepting; requests in progress go on
         (see `wait`). If the task running `serve` is cancelled, the server closes.
 
+        Args:
+            sock: the listening unix socket; the server owns it from now on
+                (it closes it, and removes its file, on `close`).
+
         Raises:
             RuntimeError: the server is already serving.
         """
