@@ -546,3 +546,22 @@ print(held)
     assert 2 * held == len(entries)
     for start, end in zip(entries[::2], entries[1::2], strict=True):
         assert start.replace(b"S", b"E", 1) == end
+
+
+def test_a_failed_unlock_is_a_lock_error_naming_the_path(lock_path: str) -> None:
+    """A release that fails for real (the descriptor was closed behind the lock's back,
+    as a helper that closes every descriptor it did not open does) raises LockError with
+    the errno and the path, like every other failure; the lock then counts as released."""
+    lock = must_lock(lock_path)
+    [fd] = [
+        int(entry.name)
+        for entry in Path("/proc/self/fd").iterdir()
+        if os.path.realpath(entry) == os.path.realpath(lock_path)
+    ]
+    os.close(fd)
+    with pytest.raises(LockError) as caught:
+        lock.unlock()
+    assert (errno.EBADF, lock_path) == (caught.value.errno, caught.value.filename)
+    assert not lock.locked
+    lock.unlock()  # nothing left to release
+    must_lock(lock_path).unlock()

@@ -478,3 +478,48 @@ def test_interrupt_in_fn_releases(slot_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         SlotFile(slot_path).mutate(interrupt)
     assert b"" == SlotFile(slot_path).mutate(increment)
+
+
+def close_the_slot_descriptor(slot_path: Path) -> None:
+    """Close this process's descriptor on the slot file behind the transaction's back
+    (as a helper that closes every descriptor it did not open does): the release that
+    ends the transaction then fails for real, with ``EBADF``."""
+    [fd] = [
+        int(entry.name)
+        for entry in Path("/proc/self/fd").iterdir()
+        if os.path.realpath(entry) == os.path.realpath(slot_path)
+    ]
+    os.close(fd)
+
+
+def test_a_failed_unlock_is_a_slot_file_error_with_before(slot_path: Path) -> None:
+    """A release that fails after the read is a SlotFileError naming the path and
+    carrying the content read, like every other failure after the read."""
+    slot_path.write_bytes(b"3\n")
+
+    def fn(before: bytes) -> bytes:
+        close_the_slot_descriptor(slot_path)
+        return before
+
+    with pytest.raises(SlotFileError) as caught:
+        SlotFile(slot_path).mutate(fn)
+    assert (errno.EBADF, str(slot_path), b"3\n") == (
+        caught.value.errno,
+        caught.value.filename,
+        caught.value.before,
+    )
+    assert b"3\n" == SlotFile(slot_path).mutate(identity)
+
+
+def test_a_failed_unlock_never_replaces_what_fn_raised(slot_path: Path) -> None:
+    """An exception from ``fn`` propagates unchanged even when the release fails too."""
+    failure = RuntimeError("fn failed")
+
+    def fn(before: bytes) -> bytes:
+        close_the_slot_descriptor(slot_path)
+        raise failure
+
+    with pytest.raises(RuntimeError) as caught:
+        SlotFile(slot_path).mutate(fn)
+    assert failure is caught.value
+    assert b"" == SlotFile(slot_path).mutate(identity)

@@ -9,6 +9,7 @@ lock is free.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -56,6 +57,13 @@ def release(fd: int) -> None:
         _close(fd)
 
 
+def release_quietly(fd: int) -> None:
+    """:func:`release` on a failure path: an error of its own must not replace
+    the one already propagating."""
+    with contextlib.suppress(OSError):
+        release(fd)
+
+
 @final
 class Lock:
     """An exclusive flock(2) held on a lock file; get one from :func:`try_lock`.
@@ -91,13 +99,21 @@ class Lock:
         """Release the lock and close the file; calling it again does nothing.
 
         The file stays on disk (see the module documentation for why).
+
+        Raises:
+            LockError: the release failed (``EBADF`` when the descriptor was
+                closed behind the lock's back, an I/O error on close...). It
+                names the path. The lock counts as released all the same.
         """
         if self._fds:
             try:
                 fd = self._fds.pop()
             except IndexError:  # another thread got there first
                 return
-            release(fd)
+            try:
+                release(fd)
+            except OSError as exc:
+                raise wrap_error(exc, "unlock", self._path) from None
 
     def __enter__(self) -> Lock:
         return self
@@ -175,10 +191,10 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
             written += _pwrite(fd, line[written:], written)
         _ftruncate(fd, len(line))
     except OSError as exc:
-        release(fd)
+        release_quietly(fd)
         raise wrap_error(exc, "write holder line", name) from None
     except BaseException:
-        release(fd)
+        release_quietly(fd)
         raise
     lock: Lock = _new_lock(Lock)
     lock._fds = [fd]

@@ -13,7 +13,7 @@ import os
 
 from ._compat import TYPE_CHECKING, final
 from ._errors import SlotFileError, wrap_error
-from ._flock import FILE_MODE, open_flags, release
+from ._flock import FILE_MODE, open_flags, release, release_quietly
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,9 +102,10 @@ class SlotFile:
             The content ``fn`` saw.
 
         Raises:
-            SlotFileError: the slot could not be opened, locked, read or
-                written; its ``before`` is the content read when the failure
-                came after the read. It names the path.
+            SlotFileError: the slot could not be opened, locked, read,
+                written or unlocked; its ``before`` is the content read when
+                the failure came after the read. It names the path. A failing
+                unlock never replaces an exception ``fn`` raised.
             ValueError: ``fn`` returned more than :data:`MAX_SLOT_SIZE` bytes.
             TypeError: ``fn`` returned something that is not bytes-like.
         """
@@ -114,41 +115,51 @@ class SlotFile:
         except OSError as exc:
             raise _error(exc, "open", path, None) from None
         try:
-            try:
-                _flock(fd, _LOCK_EX)
-            except OSError as exc:
-                raise _error(exc, "flock", path, None) from None
-            try:
-                before = _pread(fd, _FIRST_READ, 0)
-                if len(before) == _FIRST_READ:
-                    before += _pread(fd, MAX_SLOT_SIZE - _FIRST_READ, _FIRST_READ)
-            except OSError as exc:
-                raise _error(exc, "read", path, None) from None
-            after = fn(before)
-            if after is before:
-                return before
-            if type(after) is not bytes:
-                after = _as_bytes(after, path)
-            if after == before:
-                return before
-            if len(after) > MAX_SLOT_SIZE:
-                raise ValueError(
-                    f"slot content of {len(after)} bytes exceeds the {MAX_SLOT_SIZE}-byte "
-                    f"limit: {path!r}"
-                )
-            written = 0
-            try:
-                # A file of MAX_SLOT_SIZE bytes or more may be longer than what
-                # we read: treat it as shrinking so no tail survives.
-                if len(after) < len(before) or len(before) == MAX_SLOT_SIZE:
-                    _ftruncate(fd, 0)
-                while written < len(after):
-                    written += _pwrite(fd, after[written:], written)
-            except OSError as exc:
-                if written:  # torn by a failed short write: leave an empty slot instead
-                    with contextlib.suppress(OSError):
-                        _ftruncate(fd, 0)
-                raise _error(exc, "write", path, before) from None
-            return before
-        finally:
+            before = _transact(fd, path, fn)
+        except BaseException:
+            release_quietly(fd)  # what is propagating goes on unchanged
+            raise
+        try:
             release(fd)
+        except OSError as exc:
+            raise _error(exc, "unlock", path, before) from None
+        return before
+
+
+def _transact(fd: int, path: str, fn: Callable[[bytes], bytes | None]) -> bytes:
+    """The body of :meth:`SlotFile.mutate` on the open ``fd``: lock, read, apply, write."""
+    try:
+        _flock(fd, _LOCK_EX)
+    except OSError as exc:
+        raise _error(exc, "flock", path, None) from None
+    try:
+        before = _pread(fd, _FIRST_READ, 0)
+        if len(before) == _FIRST_READ:
+            before += _pread(fd, MAX_SLOT_SIZE - _FIRST_READ, _FIRST_READ)
+    except OSError as exc:
+        raise _error(exc, "read", path, None) from None
+    after = fn(before)
+    if after is before:
+        return before
+    if type(after) is not bytes:
+        after = _as_bytes(after, path)
+    if after == before:
+        return before
+    if len(after) > MAX_SLOT_SIZE:
+        raise ValueError(
+            f"slot content of {len(after)} bytes exceeds the {MAX_SLOT_SIZE}-byte limit: {path!r}"
+        )
+    written = 0
+    try:
+        # A file of MAX_SLOT_SIZE bytes or more may be longer than what
+        # we read: treat it as shrinking so no tail survives.
+        if len(after) < len(before) or len(before) == MAX_SLOT_SIZE:
+            _ftruncate(fd, 0)
+        while written < len(after):
+            written += _pwrite(fd, after[written:], written)
+    except OSError as exc:
+        if written:  # torn by a failed short write: leave an empty slot instead
+            with contextlib.suppress(OSError):
+                _ftruncate(fd, 0)
+        raise _error(exc, "write", path, before) from None
+    return before
