@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from sched_exclusive_testkit import hooked, read_counter_file
@@ -662,4 +663,43 @@ def test_a_failed_release_behind_a_closed_gate_keeps_outcome_gated(directory: st
     assert Outcome.GATED == caught.value.outcome
     assert [errno.EBADF] == [getattr(e, "errno", None) for e in caught.value.exceptions]
     assert 0 == job.runs
+    assert lock_is_free(directory)
+
+
+def test_an_interrupt_outside_the_job_still_releases_first(directory: str) -> None:
+    """A KeyboardInterrupt that lands after the job returned, before the holder's
+    bookkeeping (a SIGINT can arrive at any bytecode), propagates with the lock already
+    released: not only once its traceback is dropped."""
+    import inspect
+    import sys
+    import types
+
+    from sched_exclusive import _exclusive
+
+    if TYPE_CHECKING:
+        from _typeshed import TraceFunction
+
+    code = _exclusive._drive.__code__
+    lines, first = inspect.getsourcelines(_exclusive._drive)
+    [target] = [first + i for i, line in enumerate(lines) if "step.send(failure)" in line]
+    fired: list[int] = []
+
+    def local(frame: types.FrameType, event: str, arg: object) -> TraceFunction:
+        if event == "line" and frame.f_lineno == target and not fired:
+            fired.append(target)
+            raise KeyboardInterrupt  # as a signal handler would, right there
+        return local
+
+    def tracer(frame: types.FrameType, event: str, arg: object) -> TraceFunction | None:
+        return local if frame.f_code is code else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            Exclusive(directory).run(lambda: None)
+    finally:
+        sys.settrace(previous)
+    assert [target] == fired
+    assert caught.value.__traceback__ is not None  # the driver's frame is still referenced
     assert lock_is_free(directory)

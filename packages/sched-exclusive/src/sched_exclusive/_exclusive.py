@@ -246,6 +246,11 @@ def _drive(step: Step, job: Callable[[], object]) -> Outcome:
     except StopIteration as stop:
         outcome: Outcome = stop.value
         return outcome
+    finally:
+        # An exception that lands outside the job (a SIGINT right after it
+        # returned) leaves the rules suspended: release the lock now, not
+        # when the traceback holding this frame is dropped.
+        step.close()
 
 
 async def _adrive(step: Step, job: Callable[[], Awaitable[object]]) -> Outcome:
@@ -265,3 +270,5 @@ async def _adrive(step: Step, job: Callable[[], Awaitable[object]]) -> Outcome:
     except StopIteration as stop:
         outcome: Outcome = stop.value
         return outcome
+    finally:
+        step.close()  # as in _drive
