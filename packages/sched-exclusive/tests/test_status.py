@@ -221,3 +221,46 @@ def test_in_process_report_of_a_held_lock(
         lock.unlock()
     assert 0 == main(["status", str(tmp_path)])
     assert capsys.readouterr().out.startswith(f"{tmp_path}: idle (last cycle started ")
+
+
+@pytest.fixture
+def btrfs_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a freshly made btrfs (a loop mount), where ``stat`` reports the
+    subvolume's device while ``/proc/locks`` names the file system's. Needs root,
+    ``mkfs.btrfs`` and loop devices; skipped where any of them is missing."""
+    import shutil
+
+    mkfs = shutil.which("mkfs.btrfs")
+    if os.geteuid() != 0 or mkfs is None or not Path("/dev/loop-control").exists():
+        pytest.skip("needs root, mkfs.btrfs and loop devices")
+    image = tmp_path / "btrfs.img"
+    with image.open("wb") as f:
+        f.truncate(128 * 1024 * 1024)
+    subprocess.run([mkfs, "-q", str(image)], check=True, capture_output=True, timeout=60)
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mount_point)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a loop device here: {mounted.stderr!r}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True, timeout=60)
+
+
+def test_a_held_lock_on_btrfs_shows_as_running(btrfs_dir: Path) -> None:
+    """On btrfs (Synology, Fedora, openSUSE hosts) a held cycle lock is reported as
+    running: the lock table's device number is the file system's, not stat's."""
+    lock = try_lock(btrfs_dir / "cycle.lock")
+    assert lock is not None
+    try:
+        snapshot = status(str(btrfs_dir))
+        assert ("running", (os.getpid(),)) == (snapshot.state, snapshot.holder_pids)
+    finally:
+        lock.unlock()
+    assert "idle" == status(str(btrfs_dir)).state

@@ -110,7 +110,8 @@ def lock_holders(path: str, table: str = _PROC_LOCKS) -> tuple[int, ...] | None:
         content = Path(table).read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
-    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    device = _lock_table_device(path) or (os.major(st.st_dev), os.minor(st.st_dev))
+    want = (*device, st.st_ino)
     pids: list[int] = []
     holders = 0
     for line in content.splitlines():
@@ -134,6 +135,37 @@ def lock_holders(path: str, table: str = _PROC_LOCKS) -> tuple[int, ...] | None:
     if holders and not pids:
         return (0,)
     return tuple(pids)
+
+
+def _lock_table_device(path: str) -> tuple[int, int] | None:
+    """The device number ``/proc/locks`` names ``path``'s file by, or ``None``.
+
+    The lock table prints the file system's own device (its superblock's),
+    which ``stat`` does not always report: on btrfs ``st_dev`` is the
+    subvolume's. The mount the file lives on (its ``mnt_id``, from the
+    descriptor's fdinfo) has the file system's device in ``mountinfo``. The
+    file is opened with ``O_PATH``: nothing is read, and no lock is taken.
+    """
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        try:
+            fdinfo = Path(f"/proc/self/fdinfo/{fd}").read_text(encoding="ascii")
+        finally:
+            os.close(fd)
+        mount_id = next(
+            line.split()[1] for line in fdinfo.splitlines() if line.startswith("mnt_id:")
+        )
+        mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
+    except (OSError, AttributeError, StopIteration, IndexError):  # not Linux, or no such line
+        return None
+    for line in mountinfo.splitlines():
+        # "46 27 0:40 / /mnt rw,relatime - btrfs /dev/loop0 rw": id, parent, major:minor
+        fields = line.split(" ", 3)
+        if len(fields) > 2 and fields[0] == mount_id:
+            major, _, minor = fields[2].partition(":")
+            if major.isdigit() and minor.isdigit():
+                return int(major), int(minor)
+    return None
 
 
 def read_pending(path: str) -> int:
