@@ -48,7 +48,15 @@ class CoordinationError(ExclusiveError, OSError):
 
     @classmethod
     def from_os_error(cls, exc: OSError, outcome: Outcome) -> CoordinationError:
-        """Build the error for ``exc``, keeping its errno, text and path."""
+        """Build the error for ``exc``, keeping its errno, text and path.
+
+        Args:
+            exc: the failure of the lock or counter file.
+            outcome: what the request did despite it (``none`` or ``queued``).
+
+        Returns:
+            The error to raise, chained to ``exc`` by the caller.
+        """
         if exc.errno is None:
             return cls(str(exc), outcome=outcome)
         return cls(exc.errno, exc.strerror, exc.filename, outcome=outcome)
@@ -76,7 +84,14 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
         super().__init__(message, exceptions)
 
     def derive(self, excs: Sequence[Exception]) -> RunError:  # type: ignore[override]
-        """Build a subgroup with the same message and outcome (``except*``, ``split``)."""
+        """Build a subgroup with the same message and outcome (``except*``, ``split``).
+
+        Args:
+            excs: the exceptions the subgroup holds.
+
+        Returns:
+            A :class:`RunError` carrying this group's message and outcome.
+        """
         return RunError(self.message, excs, self.outcome)
 
     def __reduce__(self) -> tuple[type[RunError], tuple[str, list[Exception], Outcome]]:
