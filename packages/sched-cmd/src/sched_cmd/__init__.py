@@ -16,8 +16,6 @@ if sys.platform == "win32":  # pragma: no cover - the package refuses to import 
         "it supports Linux and macOS, not Windows"
     )
 
-from typing import Any
-
 from ._core import DEFAULT_GRACE as DEFAULT_GRACE
 from ._run import CommandRunner as CommandRunner
 from ._run import arun as arun
@@ -27,7 +25,7 @@ from ._run import run as run
 __all__ = ["DEFAULT_GRACE", "CommandRunner", "arun", "command_runner", "run"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> str:
     if name == "__version__":
         from importlib.metadata import version
 

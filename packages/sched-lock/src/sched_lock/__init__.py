@@ -38,6 +38,7 @@ __all__ = [
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     __version__: str
+del TYPE_CHECKING  # a helper name, not an export
 
 
 def __getattr__(name: str) -> str:

@@ -63,5 +63,8 @@ if not TYPE_CHECKING:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+del TYPE_CHECKING  # a helper name, not an export
+
+
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, "__version__"})

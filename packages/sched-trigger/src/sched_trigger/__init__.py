@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ._listen import listen as listen
     from ._queue import Queue as Queue
     from ._server import Server as Server
+del TYPE_CHECKING  # a helper name, not an export
 
 __all__ = [
     "CANCELLED_REASON",
