@@ -4,11 +4,19 @@ Hypothesis profiles are registered once, here: ``ci`` (the default) has no
 deadline, because these machines are shared and timing is not what a property
 asserts; ``deep`` runs many more examples. Select it with
 ``SCHED_HYPOTHESIS_PROFILE=deep``.
+
+Each package keeps the helpers its tests share in a module with a
+package-unique name beside them (``sched_cmd_testkit``, ...). pytest's
+importlib mode puts no test folder on ``sys.path``, so every ``tests/``
+folder goes there once, here: ``packages/*/tests`` in the tree, and
+``tests`` where a suite runs from a copy beside this file (the wheel tests).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
@@ -19,3 +27,8 @@ settings.register_profile(
     "deep", deadline=None, max_examples=5_000, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("SCHED_HYPOTHESIS_PROFILE", "ci"))
+
+_HERE = Path(__file__).resolve().parent
+for _tests in sorted([_HERE / "tests", *_HERE.glob("packages/*/tests")]):
+    if _tests.is_dir() and str(_tests) not in sys.path:
+        sys.path.append(str(_tests))
