@@ -183,7 +183,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS[0])
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over each package's src and tests (one run each), and the noxfile."""
+    """mypy --strict over each package's src and tests (one run each), the noxfile,
+    the integration tests and the docs' example job runner."""
     _install(session, PACKAGES, extra=["mypy", "nox"])
     for name, folder in PACKAGES.items():
         session.log(f"mypy: {name}")
@@ -191,6 +192,9 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "noxfile.py", "conftest.py")
     if INTEGRATION.exists():
         session.run("mypy", str(INTEGRATION))
+    examples = DOCS / "examples"
+    if examples.exists():
+        session.run("mypy", str(examples))
 
 
 @nox.session(python=MAIN_PYTHON)

@@ -378,7 +378,7 @@ class _Session:
         if not log.isEnabledFor(_INFO):
             return
         log.info(
-            "sched_cmd: %s: sent SIGTERM to %s %d; SIGKILL in %s if it has not exited",
+            "%s: sent SIGTERM to %s %d; SIGKILL in %s if it has not exited",
             reason,
             "process group" if self.child.pgid is not None else "pid",
             self.proc.pid,
@@ -401,7 +401,7 @@ class _Session:
     def _kill(self, why: str) -> None:
         self.child.send(signal.SIGKILL)
         _logger(self.options.logger).warning(
-            "sched_cmd: %s %d: %s (grace %s); sent SIGKILL",
+            "%s %d: %s (grace %s); sent SIGKILL",
             "process group" if self.child.pgid is not None else "pid",
             self.proc.pid,
             why,
@@ -441,7 +441,7 @@ class _Session:
             self.terminating = True
         if self.child.terminate():  # not sent yet by a stop request
             _logger(self.options.logger).warning(
-                "sched_cmd: pid %d exited but members of its process group are still "
+                "pid %d exited but members of its process group are still "
                 "running; sent them SIGTERM, SIGKILL in %s",
                 self.proc.pid,
                 go_duration(self.options.grace),
@@ -471,7 +471,7 @@ class _Session:
                     self.chunks[key.fd].append(data)
             except BlockingIOError:
                 _logger(self.options.logger).warning(
-                    "sched_cmd: an output pipe of pid %d was still open %s after it "
+                    "an output pipe of pid %d was still open %s after it "
                     "exited or was stopped (another process holds it); stopped reading",
                     self.proc.pid,
                     go_duration(self.options.grace),
