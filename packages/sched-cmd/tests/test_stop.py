@@ -219,6 +219,7 @@ def test_grandchild_holding_the_output_pipe_does_not_hang_past_the_grace() -> No
             pipe,
             """
             import subprocess
+            # sleep-ok: the stray only has to outlive the test; it is killed, never awaited
             stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
             say(f"stray {stray.pid}")
             print("child done")
@@ -287,6 +288,7 @@ def test_timeout_while_a_grandchild_holds_the_pipes_raises_after_the_grace() -> 
             pipe,
             """
             import subprocess
+            # sleep-ok: the stray only has to outlive the test; it is killed, never awaited
             stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
             say(f"stray {stray.pid}")
             print("child done", flush=True)

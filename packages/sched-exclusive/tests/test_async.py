@@ -27,7 +27,9 @@ def test_arun_runs_and_reruns(tmp_path: Path) -> None:
     async def job() -> None:
         nonlocal runs
         runs += 1
-        await asyncio.sleep(0)
+        await asyncio.sleep(
+            0
+        )  # sleep-ok: a real suspension point inside the job, not an ordering device
         if runs == 1:
             assert Outcome.QUEUED == await other.arun(job)
 
@@ -92,18 +94,20 @@ def test_cancellation_releases_the_lock(tmp_path: Path) -> None:
 def test_two_tasks_coalesce(tmp_path: Path) -> None:
     """Two tasks of one loop: the second queues while the first runs, and is served."""
     gate = asyncio.Event()
+    running = asyncio.Event()
     runs = 0
 
     async def job() -> None:
         nonlocal runs
         runs += 1
         if runs == 1:
+            running.set()
             await gate.wait()
 
     async def main() -> list[Outcome]:
         ex = Exclusive(tmp_path)
         first = asyncio.create_task(ex.arun(job))
-        await asyncio.sleep(0)
+        await running.wait()  # the first run holds the lock
         second = await ex.arun(job)
         gate.set()
         return [await first, second]

@@ -69,7 +69,7 @@ class FakeTime:
         return self._wait(event.is_set, timeout)
 
     async def await_(self, event: asyncio.Event, timeout: float) -> bool:
-        await asyncio.sleep(0)  # a real suspension point, as a real wait has
+        await asyncio.sleep(0)  # sleep-ok: a real suspension point, as a real wait has
         return self._wait(event.is_set, timeout)
 
     def _wait(self, is_set: Callable[[], bool], timeout: float) -> bool:
