@@ -142,9 +142,8 @@ def main() -> None:
         if command[0] == "go" and mode == "storm":
             for _ in range(count):
                 call(rng.random() < 0.7, short_job)
-                time.sleep(
-                    rng.random() * 0.002
-                )  # sleep-ok: spreads the calls; not an ordering device
+                # sleep-ok: spreads the calls; not an ordering device
+                time.sleep(rng.random() * 0.002)
             print("done", flush=True)
         elif command[0] == "go" and mode == "holder":
             delay = int(command[1])

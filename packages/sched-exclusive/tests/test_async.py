@@ -27,9 +27,8 @@ def test_arun_runs_and_reruns(tmp_path: Path) -> None:
     async def job() -> None:
         nonlocal runs
         runs += 1
-        await asyncio.sleep(
-            0
-        )  # sleep-ok: a real suspension point inside the job, not an ordering device
+        # sleep-ok: a real suspension point inside the job, not an ordering device
+        await asyncio.sleep(0)
         if runs == 1:
             assert Outcome.QUEUED == await other.arun(job)
 
