@@ -26,40 +26,22 @@ import fcntl
 import logging
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from _common import Op, filesystem_type
+from _common import measure as _measure
 
 from sched_exclusive import Exclusive, Outcome
 from sched_lock import SlotFile, try_lock
 from sched_lock._holder import format_holder_line
 
-Op = Callable[[], None]
-
 OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 QUIET = logging.getLogger("bench.sched_exclusive")
 QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
-
-
-def filesystem_type(directory: str) -> str:
-    """The type of the filesystem holding ``directory``, from /proc/mounts."""
-    real = str(Path(directory).resolve())
-    best, kind = "", "unknown"
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return kind
-    for line in mounts:
-        fields = line.split()
-        point = fields[1].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > len(best):
-            best, kind = point, fields[2]
-    return kind
 
 
 def parse(content: bytes) -> int:
@@ -213,28 +195,14 @@ def async_ops(directory_floor: str, directory_ours: str, count: int) -> dict[str
 # --- measurement ---------------------------------------------------------------------------
 
 
-def per_op(op: Op, count: int) -> float:
-    """CPU seconds per operation over ``count`` calls.
+def measure(ops: dict[str, Op], rounds: int, count: int) -> dict[str, float]:
+    """Median CPU seconds per call of each op.
 
     Process CPU time (user + system, system calls included) rather than wall
     time: nothing here ever waits, and on a shared 2-core machine wall time
     mostly measures the neighbours.
     """
-    start = time.process_time()
-    for _ in range(count):
-        op()
-    return (time.process_time() - start) / count
-
-
-def measure(ops: dict[str, Op], rounds: int, count: int) -> dict[str, float]:
-    """Median seconds per operation of each op, rounds interleaved to share drift."""
-    for op in ops.values():  # warm up: create files, fill caches
-        per_op(op, max(count // 10, 10))
-    samples: dict[str, list[float]] = {name: [] for name in ops}
-    for _ in range(rounds):
-        for name, op in ops.items():
-            samples[name].append(per_op(op, count))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return _measure(ops, rounds, count, clock=time.process_time)
 
 
 def table(title: str, results: dict[str, float], floor: str, scale: float = 1.0) -> list[str]:

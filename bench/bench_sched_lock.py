@@ -21,36 +21,18 @@ import argparse
 import fcntl
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _common import Op, filesystem_type, measure
+
 from sched_lock import SlotFile, try_lock
 from sched_lock._holder import format_holder_line
 
-Op = Callable[[], None]
-
 OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-
-
-def filesystem_type(directory: str) -> str:
-    """The type of the filesystem holding ``directory``, from /proc/mounts."""
-    real = str(Path(directory).resolve())
-    best, kind = "", "unknown"
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return kind
-    for line in mounts:
-        fields = line.split()
-        point = fields[1].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > len(best):
-            best, kind = point, fields[2]
-    return kind
 
 
 def holder_line_plain(ns: int) -> bytes:
@@ -233,25 +215,6 @@ def peer_fasteners(path: str) -> Op:
 
 
 # --- measurement ------------------------------------------------------------------
-
-
-def per_op(op: Op, count: int) -> float:
-    """Seconds per operation over ``count`` calls."""
-    start = time.perf_counter()
-    for _ in range(count):
-        op()
-    return (time.perf_counter() - start) / count
-
-
-def measure(ops: dict[str, Op], rounds: int, count: int) -> dict[str, float]:
-    """Median seconds per operation of each op, rounds interleaved to share drift."""
-    for op in ops.values():  # warm up: create files, fill caches
-        per_op(op, max(count // 10, 10))
-    samples: dict[str, list[float]] = {name: [] for name in ops}
-    for _ in range(rounds):
-        for name, op in ops.items():
-            samples[name].append(per_op(op, count))
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def table(title: str, results: dict[str, float], floor: str, subject: str) -> list[str]:
