@@ -83,6 +83,19 @@ def test_unreachable_and_usage_errors_exit_2(args: list[str]) -> None:
     assert done.stderr
 
 
+def test_a_nested_event_line_exits_3_without_a_traceback() -> None:
+    """A daemon that sends a deeply nested line gets the protocol error's exit status."""
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 500_000 + b"\n"])
+        try:
+            done = cli(server.path)
+        finally:
+            server.close()
+    assert 3 == done.returncode
+    assert "Traceback" not in done.stderr
+    assert "connection lost mid-run" in done.stderr
+
+
 def test_connection_lost_mid_run_exits_3() -> None:
     """A daemon that dies after queueing the request: exit 3."""
     with socket_dir() as tmp:

@@ -290,6 +290,20 @@ def test_asubmit_cancellation_closes_the_connection() -> None:
 
 
 @BOTH
+def test_a_deeply_nested_event_line_is_a_protocol_error(call: Submit) -> None:
+    """A line nested past the parser's depth is the package's protocol error, never a
+    RecursionError escaping to the caller."""
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 500_000 + b"\n"])
+        try:
+            with pytest.raises(ConnectionLost) as caught:
+                call(server.path, {})
+            assert errno.EPROTO == caught.value.errno
+        finally:
+            server.close()
+
+
+@BOTH
 def test_an_endless_event_line_is_connection_lost(call: Submit) -> None:
     """A daemon streaming a line without end cannot exhaust the client's memory."""
     with socket_dir() as tmp:
