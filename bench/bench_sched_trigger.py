@@ -36,10 +36,13 @@ from typing import Any
 
 SERVERS = (
     "sched-trigger",
+    "sched-trigger, sync run",
     "floor: asyncio streams",
     "floor: asyncio protocol",
     "floor: protocol, one write",
 )
+#: What the sync-run daemon's round trip may cost over the async-run one's, same run.
+SYNC_TARGET = 1.5
 CONCURRENCY = (1, 8, 64)
 
 QUEUED = b'{"event":"queued","ok":false}\n'
@@ -62,12 +65,16 @@ sys.exit(3)
 # --- the servers (run in a child process: ``--serve KIND LOOP PATH``) ------------------
 
 
-async def serve_sched(path: str) -> None:
+async def serve_sched(path: str, *, sync: bool = False) -> None:
     from sched_trigger import Outcome, Queue, Server, execute, listen
 
-    async def run(stop: asyncio.Event, trigger: str, payload: object) -> Outcome:
+    async def arun(stop: asyncio.Event, trigger: str, payload: object) -> Outcome:
         return Outcome(True)
 
+    def srun(stop: Any, trigger: str, payload: object) -> Outcome:
+        return Outcome(True)
+
+    run: Any = srun if sync else arun
     queue: Queue[Any] = Queue(1024)
     stop = asyncio.Event()
     executor = asyncio.create_task(execute(queue, run, stop=stop))
@@ -129,9 +136,14 @@ async def serve_one_write(path: str) -> None:
     await serve_protocol(path, _OneWriteProtocol)
 
 
+async def serve_sched_sync(path: str) -> None:
+    await serve_sched(path, sync=True)
+
+
 def serve(kind: str, loop: str, path: str) -> None:
     main = {
         "sched-trigger": serve_sched,
+        "sched-trigger, sync run": serve_sched_sync,
         "floor: asyncio streams": serve_streams,
         "floor: asyncio protocol": serve_protocol,
         "floor: protocol, one write": serve_one_write,
@@ -297,8 +309,28 @@ def report(
             ours = throughput[(loop, "sched-trigger", clients)][0]
             for kind in SERVERS:
                 rps, p50, p99 = throughput[(loop, kind, clients)]
-                ratio = "" if kind == "sched-trigger" else f"{ours / rps:.2f}x"
+                ratio = "" if kind.startswith("sched-trigger") else f"{ours / rps:.2f}x"
                 out.append(f"| {kind} | {clients} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ratio} |")
+    out += [
+        "",
+        "## A sync run against an async run",
+        "",
+        "The same daemon with a plain-function no-op run (executed on the worker "
+        "thread) and with a coroutine no-op run (on the loop), same run. Ratio = "
+        "the sync run's mean round trip over the async run's (the async run's "
+        f"throughput over the sync run's); target: at most {SYNC_TARGET}x.",
+        "",
+        "| loop | clients | async run/s | sync run/s | async p50 ms | sync p50 ms | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for loop in loops:
+        for clients in CONCURRENCY:
+            arps, ap50, _ = throughput[(loop, "sched-trigger", clients)]
+            srps, sp50, _ = throughput[(loop, "sched-trigger, sync run", clients)]
+            out.append(
+                f"| {loop} | {clients} | {arps:,.0f} | {srps:,.0f} | {ap50:.2f} | {sp50:.2f} "
+                f"| **{arps / srps:.2f}x** |"
+            )
     if "uvloop" in loops:
         out += ["", "sched-trigger on uvloop over sched-trigger on asyncio:", ""]
         for c in CONCURRENCY:

@@ -522,3 +522,34 @@ def test_jobs_finished_from_another_thread_reach_the_client() -> None:
         lines = run_async(scenario(tmp))
     done = b'{"event":"done","reason":"from a thread","duration_ms":2,"ok":true}\n'
     assert [QUEUED, STARTED, done] == lines
+
+
+def test_a_job_started_on_another_thread_before_the_server_listens_still_reports_started() -> None:
+    """The worker thread may start a job the instant it is submitted, before the server has
+    finished handling the request: the client still sees queued, then started, then done."""
+    running = threading.Event()
+    release = threading.Event()
+
+    def run(stop: threading.Event, trigger: str, payload: object) -> Outcome:
+        running.set()
+        assert release.wait(DEADLINE)
+        return Outcome(True)
+
+    def on_accepted(payload: object) -> None:
+        # Runs between the submit and the rest of the request's handling.
+        assert running.wait(DEADLINE)
+
+    async def scenario() -> list[bytes]:
+        async with daemon(run, on_accepted=on_accepted) as d:
+            reader, writer = await asyncio.open_unix_connection(d.path)
+            try:
+                writer.write(b"{}\n")
+                lines = [await read_line(reader), await read_line(reader)]
+                release.set()
+                lines.append(await read_line(reader))
+                return lines
+            finally:
+                writer.close()
+                await writer.wait_closed()
+
+    assert [QUEUED, STARTED, b'{"event":"done","ok":true}\n'] == run_async(scenario())

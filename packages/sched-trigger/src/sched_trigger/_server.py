@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, final
 
@@ -123,6 +124,10 @@ class Server(Generic[P]):
         # one timer bounds them all. It is left armed when the server goes idle (it
         # then fires once, finds nothing and stops): cheaper than a timer per request.
         self._reading: dict[_Connection, float] = {}
+        # Connections whose job changed on another thread (an executor's worker),
+        # advanced together by one wake-up of the loop.
+        self._changed: deque[_Connection] = deque()
+        self._wake_scheduled = False
         self._read_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
@@ -283,6 +288,23 @@ class Server(Generic[P]):
             self._idle_event = asyncio.Event()
         return self._closed_event, self._idle_event
 
+    def _changed_elsewhere(self, connection: _Connection) -> None:
+        """Called from another thread: advance *connection* on the loop, batched."""
+        self._changed.append(connection)
+        if self._wake_scheduled:
+            return  # a wake-up is on its way: it drains what this added
+        self._wake_scheduled = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop took the connections along
+                loop.call_soon_threadsafe(self._advance_changed)
+
+    def _advance_changed(self) -> None:
+        self._wake_scheduled = False  # first: a change after this schedules a new wake-up
+        changed = self._changed
+        while changed:
+            changed.popleft()._advance()
+
     def _close_socket(self) -> None:
         self._stop_accepting()
         if self._socket_file is not None:
@@ -384,6 +406,7 @@ class _Connection(asyncio.Protocol):
     """
 
     __slots__ = (
+        "_advance_pending",
         "_close_pending",
         "_job",
         "_lost",
@@ -406,6 +429,7 @@ class _Connection(asyncio.Protocol):
         self._lost = False
         self._out: list[bytes] = []
         self._close_pending = False
+        self._advance_pending = False
         self._write_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -489,9 +513,13 @@ class _Connection(asyncio.Protocol):
         else:
             payload = value
         job: Job[Any] = Job(TRIGGER_EXTERNAL, payload)
+        # Listen before submitting: an executor on another thread may start (even
+        # finish) the job before this returns; its wake-up runs after the queued line.
+        job._subscribe(self._job_changed)
         try:
             server.queue.submit(job)
         except (QueueFull, QueueClosed) as exc:
+            job._unsubscribe(self._job_changed)
             self._state = _FINISHED
             server._rejected(payload, exc)
             self._write(encode_event(EVENT_DONE, False, str(exc)))
@@ -501,19 +529,19 @@ class _Connection(asyncio.Protocol):
         self._job = job
         server._accepted(payload)
         self._write(_QUEUED)
-        job._subscribe(self._job_changed)
 
     def _job_changed(self) -> None:
         server = self._server
         if threading.get_ident() == server._thread:
             self._advance()
             return
-        loop = server._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop took the connection along
-                loop.call_soon_threadsafe(self._advance)
+        if self._advance_pending:
+            return  # the loop has not run the last wake-up yet: it will see this change too
+        self._advance_pending = True
+        server._changed_elsewhere(self)
 
     def _advance(self) -> None:
+        self._advance_pending = False
         job = self._job
         if job is None or self._state != _WAITING:
             return
