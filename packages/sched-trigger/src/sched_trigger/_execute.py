@@ -128,9 +128,9 @@ async def in_worker(
             loop.call_soon_threadsafe(settle, error)
 
     thread = threading.Thread(target=target, name="sched-trigger-run", daemon=True)
-    thread.start()
     if started is not None:
-        started(thread)
+        started(thread)  # before it runs: a run may ask whether it is on this thread
+    thread.start()
     cancelled = False
     while not ended.done():
         try:

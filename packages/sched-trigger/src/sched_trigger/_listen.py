@@ -8,37 +8,20 @@ import fcntl
 import os
 import socket
 import stat
-import sys
 from typing import final
 
+from ._client import path_too_long
 from ._errors import AlreadyServing, NotASocket
 
-__all__ = ["DEFAULT_BACKLOG", "LOCK_SUFFIX", "MAX_PATH_BYTES", "check_path_length", "listen"]
+__all__ = ["DEFAULT_BACKLOG", "LOCK_SUFFIX", "listen", "unlink_if_ours"]
 
 #: The accept backlog: room for hundreds of simultaneous connects (the kernel
 #: caps it at ``net.core.somaxconn``).
 DEFAULT_BACKLOG = 4096
 #: The owner lock beside the socket: ``<socket path>.lock``.
 LOCK_SUFFIX = ".lock"
-#: The longest socket path the system takes, in bytes (``sun_path`` holds a NUL too).
-MAX_PATH_BYTES = 107 if sys.platform.startswith("linux") else 103
 _PROBE_TIMEOUT = 1.0
 _CONTENDED = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
-
-
-def check_path_length(path: str) -> None:
-    """Refuse a socket path longer than the system's ``sun_path`` limit, naming both.
-
-    Raises:
-        OSError: ``ENAMETOOLONG``, with the path as its filename.
-    """
-    size = len(os.fsencode(path))
-    if size > MAX_PATH_BYTES:
-        raise OSError(
-            errno.ENAMETOOLONG,
-            f"socket path is {size} bytes, over the {MAX_PATH_BYTES}-byte limit of a unix socket",
-            path,
-        )
 
 
 @final
@@ -97,7 +80,9 @@ def listen(path: str | os.PathLike[str], *, backlog: int = DEFAULT_BACKLOG) -> s
        is reported as such.
     """
     path = os.fspath(path)
-    check_path_length(path)
+    problem = path_too_long(path)
+    if problem is not None:
+        raise OSError(errno.ENAMETOOLONG, problem, path)
     lock_fd = _take_owner_lock(path)
     sock: _OwnedSocket | None = None
     bound = False
