@@ -10,6 +10,12 @@ Measures:
   and protocol), each on asyncio's loop and on uvloop. The daemon runs in its
   own process; the load generator is one client process on uvloop for every
   server, so the floors and sched-trigger meet the same clients.
+- a sync run (a plain function, on the executor's worker thread) against an
+  async run (a coroutine, on the loop), same daemon, same run: the sync run's
+  round trip over the async run's, at 1, 8 and 64 clients, on both loops;
+- one client's round trips per second while another connection dribbles a
+  3.8 MB request 64 bytes at a time (every piece holding a newline and a
+  closing quote), over the same client alone: framing costs linear time;
 - the wall time of one ``sched-trigger`` CLI run against an idle daemon, beside
   a minimal hand-written socket+json client doing the same exchange; both run
   through this interpreter (a venv's python, never a pyenv shim).
@@ -25,10 +31,12 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,6 +246,51 @@ def measure_throughput(
     }
 
 
+# --- a hostile connection ----------------------------------------------------------------
+
+HOSTILE = b"[" + (b'"' + b"x" * 60 + b'",\n') * 60_000 + b'"last"]\n'
+
+
+def dribble_forever(path: str, stop: threading.Event) -> int:
+    """Send HOSTILE 64 bytes at a time, again and again, until *stop*; the requests sent."""
+    sent = 0
+    while not stop.is_set():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)
+            sock.connect(path)
+            for start in range(0, len(HOSTILE), 64):
+                if stop.is_set():
+                    return sent
+                sock.sendall(HOSTILE[start : start + 64])
+            sock.makefile("rb").read()
+            sent += 1
+    return sent
+
+
+def measure_hostile(loop: str, rounds: int, seconds: float) -> tuple[float, float]:
+    """Median round trips/s of one client alone, and beside a dribbling connection."""
+    import uvloop
+
+    alone: list[float] = []
+    beside: list[float] = []
+    with (
+        server_process("sched-trigger", loop) as path,
+        asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
+    ):
+        runner.run(load(path, 1, seconds / 4))  # warm-up
+        for _ in range(rounds):
+            alone.append(runner.run(load(path, 1, seconds))[0])
+            stop = threading.Event()
+            hostile = threading.Thread(target=dribble_forever, args=(path, stop))
+            hostile.start()
+            try:
+                beside.append(runner.run(load(path, 1, seconds))[0])
+            finally:
+                stop.set()
+                hostile.join()
+    return statistics.median(alone), statistics.median(beside)
+
+
 # --- the CLI ------------------------------------------------------------------------------
 
 
@@ -285,6 +338,7 @@ def report(
     loops: list[str],
     cli: dict[str, float],
     command: str,
+    hostile: dict[str, tuple[float, float]],
 ) -> str:
     out = [
         "# sched-trigger benchmarks",
@@ -339,6 +393,23 @@ def report(
                 / throughput[("asyncio", "sched-trigger", c)][0]
             )
             out.append(f"- {c} clients: {gain:.2f}x")
+    out += [
+        "",
+        "## Beside a hostile connection",
+        "",
+        "One client's round trips per second with a no-op async run, alone and while "
+        "another connection dribbles a 3.8 MB request 64 bytes at a time through the "
+        "smallest send buffer (every piece ends a line and a string). Framing looks at "
+        "each byte once, so the dribbler costs the good client a share of one core, not "
+        "the whole daemon.",
+        "",
+        "| loop | alone/s | beside the dribbler/s | ratio |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {loop} | {alone:,.0f} | {beside:,.0f} | {beside / alone:.2f}x |"
+            for loop, (alone, beside) in hostile.items()
+        ),
+    ]
     ours, floor = cli["sched-trigger CLI"], cli["minimal socket+json client"]
     out += [
         "",
@@ -375,9 +446,10 @@ def main(argv: list[str] | None = None) -> int:
     loops = ["asyncio", "uvloop"]
     rounds, seconds, runs = (1, 0.3, 5) if args.quick else (3, 2.0, 40)
     throughput = measure_throughput(loops, rounds, seconds)
+    hostile = {loop: measure_hostile(loop, rounds, seconds) for loop in loops}
     cli = measure_cli(runs)
     command = "python bench/bench_sched_trigger.py" + (" --quick" if args.quick else "")
-    text = report(throughput, loops, cli, command)
+    text = report(throughput, loops, cli, command, hostile)
     print(text)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)

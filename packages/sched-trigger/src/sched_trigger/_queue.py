@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar, final
 
 from ._durations import Duration, to_seconds
@@ -177,10 +177,11 @@ class Queue(Generic[P]):
         .. versionadded:: 0.2.0
         """
         seconds = None if timeout is None else max(to_seconds(timeout, name="timeout"), 0.0)
-        if seconds != 0 and _on_a_loop():
-            raise RuntimeError(
-                "Queue.get() blocks the thread; on an event loop use `await queue.aget()`"
-            )
+        if seconds != 0:
+            _refuse_on_a_loop()
+        return self._get(stop, seconds)
+
+    def _get(self, stop: threading.Event | None, seconds: float | None) -> Job[P] | None:
         deadline = None if seconds is None else time.monotonic() + seconds
         current: list[_ThreadWaiter] = []
         unsubscribe: Callable[[], None] | None = None
@@ -273,16 +274,18 @@ class Queue(Generic[P]):
         except QueueClosed:
             raise StopAsyncIteration from None
 
-    def __iter__(self) -> Queue[P]:
-        return self
+    def __iter__(self) -> Iterator[Job[P]]:
+        _refuse_on_a_loop()
+        return self._jobs()
 
-    def __next__(self) -> Job[P]:
-        try:
-            job = self.get()
-        except QueueClosed:
-            raise StopIteration from None
-        assert job is not None  # no stop, no timeout
-        return job
+    def _jobs(self) -> Iterator[Job[P]]:
+        while True:
+            try:
+                job = self._get(None, None)
+            except QueueClosed:
+                return
+            assert job is not None  # no stop, no timeout
+            yield job
 
     def _track_taken(self) -> list[Job[P]]:
         """Remember the jobs receivers take until they are finished (for a custom executor)."""
@@ -329,10 +332,10 @@ class _ThreadWaiter:
         return timeout > 0 and self._lock.acquire(timeout=timeout)
 
 
-def _on_a_loop() -> bool:
-    """Whether the calling thread runs an event loop right now."""
+def _refuse_on_a_loop() -> None:
+    """Refuse a blocking wait on a thread that runs an event loop: it would freeze it."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return False
-    return True
+        return
+    raise RuntimeError("Queue.get() blocks the thread; on an event loop use `await queue.aget()`")

@@ -47,10 +47,13 @@ class Server(Generic[P]):
     """Accept trigger requests on a listening unix socket and stream their events back.
 
     One request per connection: the server decodes one JSON value as soon as
-    it has arrived (no trailing newline needed) into *payload_type* (a
-    dataclass: unknown fields are ignored, missing ones take their defaults),
-    or through *decode*, or leaves it as the parsed JSON; it submits a `Job`
-    with trigger `TRIGGER_EXTERNAL` to *queue* and answers:
+    it has arrived (no trailing newline needed; nothing after it is read),
+    as Go's ``encoding/json`` decodes it, into *payload_type* (a dataclass:
+    fields checked by type, keys matched ignoring case with the last of two
+    keys for one field winning, unknown keys ignored, missing keys and
+    ``null`` leaving the default), or through *decode*, or leaves it as the
+    parsed JSON; it submits a `Job` with trigger `TRIGGER_EXTERNAL` to
+    *queue* and answers:
 
     * accepted: ``queued``, then ``started`` when the run begins, then exactly
       one ``done`` carrying ``ok``, ``duration_ms`` and ``reason``;
@@ -61,7 +64,10 @@ class Server(Generic[P]):
 
     Without hooks the server logs ``triggered run queued`` (info) and
     ``trigger request rejected: <reason>`` (warning); it never logs a payload.
-    Hooks run on the event loop and replace those lines.
+    Hooks run on the event loop and replace those lines one hook at a time:
+    *on_accepted* replaces the accepted line, *on_rejected* the queue-full and
+    shutting-down lines. Undecodable requests (there is no payload to hand a
+    hook) are logged whatever hooks are set, without the payload.
 
     Shutdown order: `close` (stop accepting), ``queue.close()``, await the
     executor, then await `wait`.
