@@ -47,7 +47,7 @@ class Server(Generic[P]):
     """Accept trigger requests on a listening unix socket and stream their events back.
 
     One request per connection: the server decodes one JSON value as soon as
-    it has arrived (no trailing newline needed; nothing after it is read),
+    it has arrived (no trailing newline needed; reading stops there),
     as Go's ``encoding/json`` decodes it, into *payload_type* (a dataclass:
     fields checked by type, keys matched ignoring case with the last of two
     keys for one field winning, unknown keys ignored, missing keys and
@@ -444,18 +444,20 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._state != _READING:
-            return  # one request per connection: the rest is ignored
+            # One request per connection: nothing after it is read. Bytes that
+            # follow it stop the reading here (at most one read's worth is taken
+            # in); the socket buffer then fills and the client blocks, as with the
+            # Go server. A client that sends just its request costs no extra call.
+            transport = self._transport
+            if transport is not None and transport.is_reading():
+                transport.pause_reading()
+            return
         try:
             done, value = self._reader.feed(data)
         except Undecodable as exc:
             self._fail(exc)
             return
         if done:
-            # One request per connection: nothing after it is read (the socket
-            # buffer fills and the client blocks, as with the Go server).
-            transport = self._transport
-            if transport is not None:
-                transport.pause_reading()
             self._request(value)
 
     def eof_received(self) -> bool:
