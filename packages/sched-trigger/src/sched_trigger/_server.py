@@ -309,7 +309,11 @@ class Server(Generic[P]):
         self._wake_scheduled = False  # first: a change after this schedules a new wake-up
         changed = self._changed
         while changed:
-            changed.popleft()._advance()
+            connection = changed.popleft()
+            connection._advance()
+            # What the worker produced is complete for this turn: write it now
+            # rather than one more turn of the loop later.
+            connection._flush()
 
     def _close_socket(self) -> None:
         self._stop_accepting()
