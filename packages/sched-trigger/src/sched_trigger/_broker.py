@@ -39,6 +39,9 @@ class BrokerThread(Generic[P]):
         path: the socket path.
         stop_event: the daemon's stop event: the app's own if it passed
             ``stop=``; the broker sets it when it ends, for any reason.
+
+    .. versionadded:: 0.2.0
+       The ``stop_event`` attribute.
     """
 
     def __init__(self, queue: Queue[P], path: str, stop: threading.Event) -> None:

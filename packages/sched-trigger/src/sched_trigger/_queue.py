@@ -174,7 +174,8 @@ class Queue(Generic[P]):
             RuntimeError: called on a thread running an event loop with a
                 wait that could block it (use `aget` there).
 
-        .. versionadded:: 0.2.0
+        .. versionchanged:: 0.2.0
+           Blocks the calling thread; it was the asyncio receiver, now `aget`.
         """
         seconds = None if timeout is None else max(to_seconds(timeout, name="timeout"), 0.0)
         if seconds != 0:
