@@ -254,20 +254,18 @@ def _requirements_file(path: Path) -> list[str]:
 
 @nox.session(python=MAIN_PYTHON)
 def docs(session: nox.Session) -> None:
-    """The documentation site, warnings as errors, every example executed."""
+    """The documentation site: every reference resolved, warnings as errors; then the
+    built site and every example of the pages checked (tests-integration/test_docs_*)."""
     _install(
         session, PACKAGES, test_tools=False, extra=_requirements_file(DOCS / "requirements.txt")
     )
-    for builder in ("html", "doctest"):
-        session.run(
-            "sphinx-build",
-            "-W",
-            "--keep-going",
-            "-b",
-            builder,
-            str(DOCS),
-            str(DOCS / "_build" / builder),
-        )
+    html = DOCS / "_build" / "html"
+    session.run("sphinx-build", "-n", "-W", "--keep-going", "-b", "html", str(DOCS), str(html))
+    # --noconftest: these checks need none of the suite's fixtures (nor Hypothesis).
+    tests = sorted(str(p) for p in INTEGRATION.glob("test_docs_*.py"))
+    session.run(
+        "pytest", "--noconftest", *tests, *session.posargs, env={"SCHED_DOCS_HTML": str(html)}
+    )
 
 
 @nox.session(python=MAIN_PYTHON)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     #: A duration argument here: a ``timedelta``, seconds, or a Go duration string.
     DurationLike = Duration | str
+    #: A ``(low, high)`` pair of bounds; ``None`` (or a bound of zero or less) is no bound.
     Bounds = tuple[DurationLike | None, DurationLike | None]
 
 __all__ = [

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
     from ._durations import Duration
 
-__all__ = ["DIAL_TIMEOUT", "submit"]  # noqa: F822 - DIAL_TIMEOUT comes from __getattr__
+    #: How long `submit` and `asubmit` wait to connect (5 seconds), including a
+    #: wait for room in a full accept backlog.
+    DIAL_TIMEOUT: timedelta
+
+__all__ = ["DIAL_TIMEOUT", "submit"]  # DIAL_TIMEOUT comes from __getattr__
 
 # How long `submit` waits to connect, including a wait for room in a full accept
 # backlog. Exported as the timedelta DIAL_TIMEOUT, built on first access so that

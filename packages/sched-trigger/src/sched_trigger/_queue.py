@@ -17,7 +17,7 @@ P = TypeVar("P")
 
 @final
 class Queue(Generic[P]):
-    """A bounded FIFO of `Job` s that never blocks the submitter.
+    """A bounded FIFO of `Job` objects that never blocks the submitter.
 
     `submit` accepts a job or fails fast, from any thread (a ticker thread as
     well as the event loop). The receiving side is asynchronous: ``async for
