@@ -147,7 +147,8 @@ copybutton_only_copy_prompt_lines = True
 
 html_theme = "furo"
 html_title = "sched"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["sched.css"]
 
 
 def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> None:

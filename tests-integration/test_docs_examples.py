@@ -123,13 +123,9 @@ class Block:
         return f"{self.page.relative_to(DOCS)}:{self.line}"
 
     def pasted(self) -> str:
-        """What the copy button copies from a doctest block: the code, without prompts."""
-        lines = []
-        for line in self.body.splitlines():
-            if line.startswith((">>> ", "... ")):
-                lines.append(line[4:])
-            elif line in (">>>", "..."):
-                lines.append("")
+        """What the copy button copies (as conf.py sets it up): prompted lines, unprompted."""
+        prompt = re.compile(CONF["copybutton_prompt_text"])
+        lines = [line[m.end() :] for line in self.body.splitlines() if (m := prompt.match(line))]
         return "\n".join(lines) + "\n"
 
 
