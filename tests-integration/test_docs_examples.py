@@ -304,7 +304,7 @@ def excerpt_source(path: Path, name: str) -> str:
         )
         if node is None:
             pytest.fail(f"{path.name} has no {name}: fix the excerpt marker")
-        scope = node.body  # type: ignore[attr-defined]
+        scope = node.body
     assert node is not None
     lines = source.splitlines()
     start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
@@ -430,7 +430,7 @@ class Shell:
             f"{{ {command}\n}} </dev/null 2>&1; __s=$?; printf '\\n%s\\n' {end}; (exit $__s)\n"
         )
         self.proc.stdin.flush()
-        output = []
+        output: list[str] = []
         while (line := self.lines.next(command)) != end:
             if line is None:
                 pytest.fail(f"the shell ended during {command!r}: {output}")
@@ -466,7 +466,7 @@ class Background:
 
     def first_lines(self, count: int) -> list[str]:
         """Wait for the command's first *count* lines of output."""
-        got = []
+        got: list[str] = []
         while len(got) < count and (line := self.lines.next(self.command)) is not None:
             got.append(line)
         return got

@@ -62,6 +62,8 @@ class Page(html.parser.HTMLParser):
         self.text: list[str] = []
         self.fields: list[list[tuple[str, str]]] = []  # each field list: (name, body) pairs
         self._open: list[tuple[str, str]] = []  # (tag, role) of each open element
+        self._name: list[str] = []  # the text of the field name being read
+        self._body: list[str] = []  # the text of the field body being read
         self.feed(path.read_text(encoding="utf-8"))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
