@@ -125,9 +125,7 @@ def test_every_public_name_is_in_the_reference(import_name: str) -> None:
     module = importlib.import_module(import_name)
     page = f"packages/{import_name.replace('_', '-')}.html"
     documented = inventory()
-    missing = [
-        name for name in module.__all__ if documented.get(f"{import_name}.{name}") != page
-    ]
+    missing = [name for name in module.__all__ if documented.get(f"{import_name}.{name}") != page]
     assert [] == missing, (
         f"{missing} are public but not in {page}: a constant or type alias needs a "
         "#: comment above its definition (docs/_ext/sched_api.py documents __all__)"
