@@ -17,10 +17,9 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 
-# docs/examples/ is importable from doctest blocks (``import jobrunner``); the
-# site's own extension (the API reference) lives in docs/_ext/.
-sys.path.insert(0, str(DOCS / "examples"))
-sys.path.insert(0, str(DOCS / "_ext"))
+# The site's own extension (the API reference) lives in docs/_ext/.
+if str(DOCS / "_ext") not in sys.path:
+    sys.path.insert(0, str(DOCS / "_ext"))
 
 project = "sched"
 author = "The sched developers"
