@@ -247,10 +247,13 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=HOST_PYTHON)
 def build(session: nox.Session) -> None:
-    """Build every sdist and wheel, check metadata, and test each wheel alone.
+    """Build every sdist and wheel, check metadata, run the README's install commands,
+    and test each wheel alone.
 
-    Each wheel goes into a fresh venv with only the sibling wheels it
-    declares, from the local wheelhouse; the import must resolve to
+    The README's "Before the first release" commands run as written, each in
+    a fresh venv (``tools/readme_installs.py``), and what they install must
+    import. Each wheel then goes into a fresh venv with only the sibling
+    wheels it declares, from the local wheelhouse; the import must resolve to
     site-packages, the public API must import, and the package's own test
     suite runs against the installed wheel from a copy outside the tree.
     """
@@ -260,6 +263,9 @@ def build(session: nox.Session) -> None:
         session.run("uv", "build", "--quiet", "--out-dir", str(WHEELHOUSE), str(folder))
     artifacts = sorted(str(p) for p in WHEELHOUSE.iterdir() if p.suffix in {".whl", ".gz"})
     session.run("twine", "check", "--strict", *artifacts)
+    # The README's ways of installing one distribution, each run as written
+    # in a fresh venv of this interpreter (its own pip), then imported.
+    session.run("python", str(TOOLS / "readme_installs.py"), "--this-session", session.name)
     for name in PACKAGES:
         _test_wheel(session, name)
 
@@ -340,7 +346,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=HOST_PYTHON)
 def tools(session: nox.Session) -> None:
-    """The tests of the repository's own tooling under tools/ (the noxfile's interpreter choice)."""
+    """The tests of the repository's own tooling under tools/ (interpreter choice, README)."""
     session.install("pytest", "pytest-timeout", "hypothesis", *TOOLS_REQUIREMENTS)
     session.run("pytest", str(TOOLS / "tests"), *session.posargs, env={"PYTHONPATH": str(TOOLS)})
 
