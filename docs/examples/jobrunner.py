@@ -130,6 +130,10 @@ class CycleFailed(Exception):
     """The cycle's command exited non-zero."""
 
 
+class CycleStopped(CycleFailed):
+    """The cycle's command exited non-zero after a stop was requested: a drain, not a fault."""
+
+
 _cycle_numbers = itertools.count(1)
 
 
@@ -139,7 +143,8 @@ def run_cycle(
     """Run one cycle: the real command, stopped gracefully if *stop* is set.
 
     Raises:
-        CycleFailed: the command exited non-zero (SIGTERM included).
+        CycleStopped: the command exited non-zero after *stop* was set.
+        CycleFailed: the command exited non-zero otherwise.
     """
     number = next(_cycle_numbers)
     log.info("cycle %d starting (%s)", number, why, extra={"app_cycle": number})
@@ -156,8 +161,12 @@ def run_cycle(
         extra={"app_cycle": number, "app_returncode": result.returncode},
     )
     if result.returncode != 0:
-        what = "stopped by shutdown, command" if stop.is_set() else "command"
-        raise CycleFailed(f"cycle {number}: {what} exited with status {result.returncode}")
+        if stop.is_set():
+            raise CycleStopped(
+                f"cycle {number}: stopped by shutdown, command exited with status "
+                f"{result.returncode}"
+            )
+        raise CycleFailed(f"cycle {number}: command exited with status {result.returncode}")
 
 
 def cycle_job(
@@ -193,12 +202,19 @@ def guarded(call: Callable[[], Outcome]) -> tuple[Outcome, ExclusiveError | None
     try:
         outcome = call()
     except ExclusiveError as exc:
-        log.error(
-            "cycle failed (outcome %s): %s",
-            exc.outcome,
-            describe(exc),
-            extra={"app_outcome": exc.outcome},
-        )
+        causes = getattr(exc, "exceptions", [exc])
+        if all(isinstance(cause, CycleStopped) for cause in causes):
+            # SIGTERM ended the cycle: that is the drain working, not a fault.
+            log.info(
+                "%s (outcome %s)", describe(exc), exc.outcome, extra={"app_outcome": exc.outcome}
+            )
+        else:
+            log.error(
+                "cycle failed (outcome %s): %s",
+                exc.outcome,
+                describe(exc),
+                extra={"app_outcome": exc.outcome},
+            )
         return exc.outcome, exc
     log.info("cycle outcome: %s", outcome, extra={"app_outcome": outcome})
     return outcome, None
