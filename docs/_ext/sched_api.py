@@ -174,7 +174,7 @@ class SchedApi(SphinxDirective):
         groups: dict[str, list[str]] = {group: [] for group in GROUPS}
         for name in module.__all__:
             groups[kind_of(getattr(module, name))].append(name)
-        lines = [f".. automodule:: {package}", "   :no-members:", "   :no-index-entry:", ""]
+        lines = [f".. automodule:: {package}", "   :no-members:", ""]
         for group in GROUPS:
             if not groups[group]:
                 continue
