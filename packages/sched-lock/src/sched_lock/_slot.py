@@ -26,6 +26,7 @@ MAX_SLOT_SIZE = 64 * 1024
 _FIRST_READ = 512
 
 _flock = fcntl.flock
+_getpid = os.getpid
 _pread = os.pread
 _pwrite = os.pwrite
 _ftruncate = os.ftruncate
@@ -110,6 +111,7 @@ class SlotFile:
             TypeError: ``fn`` returned something that is not bytes-like.
         """
         path = self._path
+        owner = _getpid()  # only this process may release the flock (see release)
         try:
             fd = os.open(path, self._flags, FILE_MODE)
         except OSError as exc:
@@ -117,10 +119,10 @@ class SlotFile:
         try:
             before = _transact(fd, path, fn)
         except BaseException:
-            release_quietly(fd)  # what is propagating goes on unchanged
+            release_quietly(fd, owner)  # what is propagating goes on unchanged
             raise
         try:
-            release(fd)
+            release(fd, owner)
         except OSError as exc:
             raise _error(exc, "unlock", path, before) from None
         return before
