@@ -13,7 +13,7 @@ import os
 
 from ._compat import TYPE_CHECKING, final
 from ._errors import SlotFileError, wrap_error
-from ._flock import FILE_MODE, open_flags, release, release_quietly
+from ._flock import FILE_MODE, open_flags, release_quietly
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,6 +31,8 @@ _pread = os.pread
 _pwrite = os.pwrite
 _ftruncate = os.ftruncate
 _LOCK_EX = fcntl.LOCK_EX
+_LOCK_UN = fcntl.LOCK_UN
+_close = os.close
 
 
 def _error(exc: OSError, what: str, path: str, before: bytes | None) -> SlotFileError:
@@ -122,7 +124,14 @@ class SlotFile:
             release_quietly(fd, owner)  # what is propagating goes on unchanged
             raise
         try:
-            release(fd, owner)
+            # release(), inline: a function starting is a point where a
+            # signal handler's exception can surface, and it must not land
+            # between the transaction and the unlock.
+            try:
+                if _getpid() == owner:
+                    _flock(fd, _LOCK_UN)
+            finally:
+                _close(fd)
         except OSError as exc:
             raise _error(exc, "unlock", path, before) from None
         return before
