@@ -199,14 +199,20 @@ def predict(m: Model, queue: bool, script: list[JobStep], race: Race) -> Expecte
             held = False
             release(expected)
             continue
-        if reruns >= MAX_RERUNS:
-            expected.messages.append(
-                f"rerun cap reached; deferring queued demand ({m.counter} pending, cap 8)"
-            )
-            break
-        if not m.gate_open():  # a method call: run_job may have closed it
+        capped = reruns >= MAX_RERUNS
+        if held:
+            if capped or not m.gate_open():  # a method call: run_job may have closed it
+                held = False  # retire: release, then look once more
+                release(expected)
+                continue
+        elif not m.gate_open():
             expected.messages.append(
                 f"cycle gate closed; deferring queued demand ({m.counter} pending)"
+            )
+            break
+        elif capped:
+            expected.messages.append(
+                f"rerun cap reached; deferring queued demand ({m.counter} pending, cap 8)"
             )
             break
         handoff = not held

@@ -807,3 +807,52 @@ def test_a_handoff_whose_take_fails_still_runs(directory: str) -> None:
     assert 3 == job.runs
     assert 0 == ex.pending()
     assert lock_is_free(directory)
+
+
+def test_a_closed_gate_at_the_cap_logs_the_gate_as_go_does(
+    directory: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the rerun cap with the gate closed too, the holder releases, looks once more,
+    and logs the gate's deferral (Go asks the gate first after its release)."""
+    caplog.set_level(logging.INFO, LOGGER)
+    open_ = True
+    other = Exclusive(directory)
+    runs = 0
+
+    def job() -> None:
+        nonlocal runs, open_
+        runs += 1
+        other.run(lambda: None)
+        if runs == 9:
+            open_ = False
+
+    assert Outcome.RAN_QUEUED == Exclusive(directory, gate=lambda: open_).run(job)
+    assert 9 == runs
+    assert "cycle gate closed; deferring queued demand (1 pending)" == messages(caplog)[-1]
+    assert 1 == other.pending()
+
+
+def test_a_gate_that_raises_mid_run_stays_closed(directory: str) -> None:
+    """A gate that raises before a rerun defers the demand, counts as closed for the rest
+    of the call, and its error is kept once."""
+    other = Exclusive(directory)
+    failure = RuntimeError("gate broke")
+    asked = 0
+
+    def gate() -> bool:
+        nonlocal asked
+        asked += 1
+        if asked > 1:
+            raise failure
+        return True
+
+    job = Recorder(lambda: other.run(lambda: None))
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory, gate=gate).run(job)
+    assert (Outcome.RAN, (failure,), (None,)) == (
+        caught.value.outcome,
+        caught.value.exceptions,
+        caught.value.attempts,
+    )
+    assert (1, 2) == (job.runs, asked)
+    assert 1 == other.pending()

@@ -29,17 +29,19 @@ The rules, in the order a call meets them (they are the Go library's):
    and the run still starts.
 6. Run the job. Then, while requests are queued, take one and rerun (each
    request is owed a run, whether the previous one failed or not), checking
-   the rerun cap, the gate and that the lock is still held before each. A
-   counter failure stops consuming and releases the lock (step 7 still
-   looks).
-7. When the counter reads zero, release, then read it once more: a request
-   that found the lock busy just before the release and whose re-probe came
-   too early is served by taking the lock back (a handoff), under the same
-   cap and gate. If the lock is taken meanwhile, that holder serves it. A
-   failure of this last look ends the call.
+   the rerun cap, the gate and that the lock is still held before each. At
+   the cap or a closed gate, or on a counter failure, stop consuming and go
+   to step 7.
+7. Release, then read the counter once more: a request that found the lock
+   busy just before the release and whose re-probe came too early is served
+   by taking the lock back (a handoff), unless the gate is closed or the cap
+   reached, which defer it (and are logged only now, with the count read
+   after the release, as in Go). If the lock is taken meanwhile, that holder
+   serves the demand. A failure of this look ends the call.
 
 Deferral (cap or gate) always leaves the demand in the counter; the next
-acquisition's run satisfies it.
+acquisition's run satisfies it. A gate that raises counts as closed for the
+rest of the call, its error kept once.
 
 Two rules hold throughout. Only the process that made the call acts for it:
 in a process the job forked (``fork()`` without ``exec``), the call ends
@@ -171,7 +173,8 @@ def coalesce(
 
         # Holding the lock from here on.
         failures: Failures = []
-        if not _gate_open(gate, failures):
+        gate_open = _Gate(gate, failures).open
+        if not gate_open():
             log(logging.INFO, "cycle gate closed; skipping run")
             held = _release(held, failures)
             return _finish(failures, Outcome.GATED)
@@ -216,7 +219,22 @@ def coalesce(
                     # has nobody else to serve it.
                     held = _release(held, failures)
                     continue
-                if reruns >= MAX_RERUNS:
+                capped = reruns >= MAX_RERUNS
+                if held is not None:
+                    if capped or not gate_open():
+                        # Retire: release, then look once more, and say why
+                        # only if demand is still pending then, as Go does.
+                        held = _release(held, failures)
+                        continue
+                elif not gate_open():
+                    log(
+                        logging.INFO,
+                        "cycle gate closed; deferring queued demand (%d pending)",
+                        pending,
+                        pending=pending,
+                    )
+                    break
+                elif capped:
                     log(
                         logging.WARNING,
                         "rerun cap reached; deferring queued demand (%d pending, cap %d)",
@@ -224,14 +242,6 @@ def coalesce(
                         MAX_RERUNS,
                         pending=pending,
                         cap=MAX_RERUNS,
-                    )
-                    break
-                if not _gate_open(gate, failures):
-                    log(
-                        logging.INFO,
-                        "cycle gate closed; deferring queued demand (%d pending)",
-                        pending,
-                        pending=pending,
                     )
                     break
                 handoff = held is None
@@ -332,12 +342,29 @@ class Lines:
             self._logger.log(level, message, *args, extra=self._fields | extra, stacklevel=2)
 
 
-def _gate_open(gate: Callable[[], bool] | None, failures: Failures) -> bool:
-    """Consult the gate; one that raises counts as closed and its error is kept."""
-    if gate is None:
-        return True
-    try:
-        return bool(gate())
-    except Exception as exc:
-        failures.append((exc, None))
-        return False
+@typing.final
+class _Gate:
+    """The gate of one call. One that raises counts as closed from then on,
+    its error kept once."""
+
+    __slots__ = ("_failures", "_gate")
+
+    def __init__(self, gate: Callable[[], bool] | None, failures: Failures) -> None:
+        self._gate = gate
+        self._failures = failures
+
+    def open(self) -> bool:
+        """Whether a run may start now."""
+        gate = self._gate
+        if gate is None:
+            return True
+        try:
+            return bool(gate())
+        except Exception as exc:
+            self._failures.append((exc, None))
+            self._gate = _closed
+            return False
+
+
+def _closed() -> bool:
+    return False
