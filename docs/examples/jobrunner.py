@@ -63,10 +63,6 @@ JITTER = 0.10
 # --- logging: the app's job, never the library's ---------------------------
 
 
-#: The attributes every LogRecord has: anything else on a record came from ``extra``.
-STANDARD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
-
-
 class KeyValueFormatter(logging.Formatter):
     """The default text format, followed by the record's structured fields.
 
@@ -76,10 +72,13 @@ class KeyValueFormatter(logging.Formatter):
     one appends ``key=value`` pairs.
     """
 
+    #: The attributes every record has: any other one came from ``extra``.
+    STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
     def format(self, record: logging.LogRecord) -> str:
         """Format the record, then append its ``extra`` fields."""
         line = super().format(record)
-        fields = {key: value for key, value in vars(record).items() if key not in STANDARD_FIELDS}
+        fields = {key: value for key, value in vars(record).items() if key not in self.STANDARD}
         if fields:
             line += " " + " ".join(f"{key}={value}" for key, value in sorted(fields.items()))
         return line
