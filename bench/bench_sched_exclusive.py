@@ -102,10 +102,7 @@ def floor_busy(directory: str, *, then_counter: bool, warn: bool = False) -> Op:
         if then_counter:
             read_counter(queue_path)  # full: nothing to write
         if warn:  # the warning line the spec asks for, with its structured fields
-            QUIET.warning(
-                "cycle still running; skipping tick",
-                extra={"sched_dir": directory, "sched_outcome": "skipped"},
-            )
+            QUIET.warning("cycle lock busy; skipping tick", extra={"dir": directory})
 
     return op
 

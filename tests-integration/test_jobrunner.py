@@ -101,6 +101,40 @@ def test_poll_runs_the_cycle_itself_when_nothing_runs(runner_env: dict[str, str]
     assert "work: cycle 1 finished" in result.stdout
 
 
+def test_a_poll_exits_by_its_own_run(
+    children: Children, runner_env: dict[str, str], hold: Hold
+) -> None:
+    """A poll whose own cycle succeeds, and which then serves another poll's queued
+    request with a rerun that fails, exits 0: only its own run counts, as in the Go
+    library's apps. The rerun's failure is still logged."""
+    work = ROOT / "docs" / "examples" / "work.py"
+    only_the_first_succeeds = (
+        f'[ "$JOB_CYCLE" = 1 ] && exec {shlex.quote(sys.executable)} '
+        f"{shlex.quote(str(work))} || exit 3"
+    )
+    env = {
+        **runner_env,
+        "WORK_HOLD": str(hold.path),
+        "JOB_COMMAND": shlex.join(["sh", "-c", only_the_first_succeeds]),
+    }
+    first = children.jobrunner("poll", env=env)
+    first.expect(r"work: cycle 1 started")
+    second = jobrunner("poll", env=env)
+    assert 0 == second.returncode, second.stderr
+    assert "poll: queued\n" == second.stdout
+    hold.release()
+    first.expect(r"cycle failed \(outcome ran-queued\): cycle 2: command exited with status 3")
+    first.expect(r"^poll: ran-queued$")
+    assert 0 == first.wait()
+
+
+def test_a_poll_whose_own_run_fails_exits_1(runner_env: dict[str, str]) -> None:
+    """A poll whose own cycle fails exits 1."""
+    result = jobrunner("poll", env={**runner_env, "JOB_COMMAND": "sh -c 'exit 3'"})
+    assert 1 == result.returncode
+    assert "poll: ran\n" == result.stdout
+
+
 def test_builtin_mode_coalesces_a_poll_and_drains_on_sigterm(
     children: Children, runner_env: dict[str, str], hold: Hold
 ) -> None:
@@ -120,7 +154,7 @@ def test_builtin_mode_coalesces_a_poll_and_drains_on_sigterm(
 
     once = jobrunner("run", env={**env, "JOB_INTERVAL": "0"})
     assert 0 == once.returncode, once.stderr
-    assert "cycle still running; skipping tick" in once.stderr
+    assert "cycle lock busy; skipping tick" in once.stderr
     assert "cycle outcome: skipped" in once.stderr
 
     hold.release()

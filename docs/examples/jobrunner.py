@@ -50,7 +50,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import sched_cmd
-from sched_exclusive import Exclusive, ExclusiveError, Outcome
+from sched_exclusive import Exclusive, ExclusiveError, Outcome, RunError
 from sched_interval import Mode, Schedule, format_duration, interval_from_env, parse_duration
 from sched_loop import run_loop, stop_on_signals
 
@@ -67,16 +67,18 @@ class KeyValueFormatter(logging.Formatter):
     """The default text format, followed by the record's structured fields.
 
     The sched packages put the key facts in the message and the same facts,
-    typed, in ``extra`` fields prefixed ``sched_`` (``app_`` is ours). A JSON
-    formatter would emit them as keys; this one appends ``key=value`` pairs.
+    typed, in ``extra`` fields (``dir``, ``pending``, ``sched_reason``...;
+    ``app_`` ones are ours). A JSON formatter would emit them as keys; this
+    one appends ``key=value`` pairs.
     """
 
+    #: The attributes every record has: any other one came from ``extra``.
+    STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
     def format(self, record: logging.LogRecord) -> str:
-        """Format the record, then append its ``sched_``/``app_`` fields."""
+        """Format the record, then append its ``extra`` fields."""
         line = super().format(record)
-        fields = {
-            key: value for key, value in vars(record).items() if key.startswith(("sched_", "app_"))
-        }
+        fields = {key: value for key, value in vars(record).items() if key not in self.STANDARD}
         if fields:
             line += " " + " ".join(f"{key}={value}" for key, value in sorted(fields.items()))
         return line
@@ -259,12 +261,18 @@ def main_poll(config: Config) -> int:
 
     Queue mode: if a cycle is running (in the resident process or another
     poll), the request is recorded and this process exits at once; the
-    running holder executes it when its cycle ends.
+    running holder executes it when its cycle ends. The exit status is the
+    poll's own result: a failed rerun it served for another request is
+    logged, not counted.
     """
     with stop_on_signals() as stop:
         ex = exclusive(config, stop)
         outcome, error = guarded(lambda: ex.run(cycle_job(config, stop, "poll")))
     print(f"poll: {outcome}", flush=True)
+    if isinstance(error, RunError) and outcome is not Outcome.GATED:
+        # The poll's own run is the one it answers for: the reruns it served
+        # were other requests' (guarded has logged their failures).
+        return 1 if error.own is not None else 0
     # queued and discarded are success: the running cycle covers this request
     # (and a queued request whose re-check failed still stands).
     return 1 if error and outcome is not Outcome.QUEUED else 0

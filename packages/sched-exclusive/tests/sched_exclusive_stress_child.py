@@ -48,6 +48,10 @@ class JitteredLease:
         self.inner = inner
         self.jitter = jitter
 
+    @property
+    def locked(self) -> bool:
+        return self.inner.locked
+
     def unlock(self) -> None:
         self.jitter()  # widen the window between the last look and the release
         self.inner.unlock()

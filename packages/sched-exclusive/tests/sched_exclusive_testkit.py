@@ -7,10 +7,14 @@
   holder is a second open of the lock file (:func:`sched_lock.try_lock`),
   another requester is a second :class:`Exclusive` on the same directory.
 * :class:`Child` is a Python child process spoken to line by line.
+* :class:`Interrupter` raises a KeyboardInterrupt at the n-th point inside the
+  library where a signal handler could raise one, to prove that none of them
+  leaks a held lock.
 """
 
 from __future__ import annotations
 
+import dis
 import os
 import select
 import subprocess
@@ -18,7 +22,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import final
+from types import CodeType, FrameType, FunctionType, ModuleType
+from typing import Any, final
 
 from sched_exclusive import Exclusive
 from sched_exclusive._backend import Lease
@@ -37,15 +42,22 @@ class HookedLease:
         self._inner = inner
         self._released = False
 
+    @property
+    def locked(self) -> bool:
+        return self._inner.locked
+
     def unlock(self) -> None:
-        if self._released:
-            return
+        # Like a real lease, a second call still releases: one interrupted
+        # inside a hook must not leave the lock held. The hooks run once.
+        first = not self._released
         self._released = True
-        self._owner.releases += 1
-        ordinal = self._owner.releases
-        hook = self._owner.before_release.pop(ordinal, None)
-        if hook is not None:
-            hook()
+        ordinal = 0
+        if first:
+            self._owner.releases += 1
+            ordinal = self._owner.releases
+            hook = self._owner.before_release.pop(ordinal, None)
+            if hook is not None:
+                hook()
         self._inner.unlock()
         hook = self._owner.after_release.pop(ordinal, None)
         if hook is not None:
@@ -174,3 +186,112 @@ class Child:
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
+
+
+#: Calls after which CPython runs pending signal handlers (its "eval breaker"
+#: checks): a handler's exception surfaces as a call returns, at a loop's
+#: backward jump, or as a function starts or a generator resumes.
+_BREAKERS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+
+
+def library_code(*modules: ModuleType) -> frozenset[CodeType]:
+    """Every code object (nested ones included) defined in ``modules``."""
+    found: set[CodeType] = set()
+    pending = [
+        value.__code__
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, FunctionType)
+    ]
+    pending += [
+        member.__code__
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == module.__name__
+        for member in [
+            *vars(value).values(),
+            *(p.fget for p in vars(value).values() if isinstance(p, property)),
+        ]
+        if isinstance(member, FunctionType)
+    ]
+    while pending:
+        code = pending.pop()
+        if code not in found:
+            found.add(code)
+            pending.extend(c for c in code.co_consts if isinstance(c, CodeType))
+    return frozenset(found)
+
+
+def _finalizing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` (where CPython swallows exceptions)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@final
+class Interrupter:
+    """Raise KeyboardInterrupt at the n-th point a signal handler could raise it.
+
+    Counts only the points inside ``codes`` (the library's own functions) and
+    only while no exception is being handled (a second interrupt during the
+    cleanup of a first is another matter). Used as a context manager around
+    one call; ``fired`` tells whether the n-th point was reached.
+    """
+
+    def __init__(self, codes: frozenset[CodeType], n: int) -> None:
+        self._codes = codes
+        self._n = n
+        self._seen = 0
+        # Per frame: the offset where the next instruction is a point (just
+        # after a call that returned, or anywhere after a backward jump).
+        self._next: dict[FrameType, int | None] = {}
+        self._ops: dict[CodeType, dict[int, int | None]] = {}
+        self.fired = False
+
+    def _after(self, code: CodeType, offset: int) -> int | None:
+        """Where a point follows the instruction at ``offset``: -1 anywhere, an
+        offset, or None."""
+        ops = self._ops.get(code)
+        if ops is None:
+            ops = self._ops[code] = {}
+            instructions = list(dis.get_instructions(code))
+            for here, following in zip(instructions, [*instructions[1:], None], strict=True):
+                if here.opname == "JUMP_BACKWARD":
+                    ops[here.offset] = -1
+                elif here.opname in _BREAKERS and following is not None:
+                    ops[here.offset] = following.offset  # returned normally, not raised
+        return ops.get(offset)
+
+    def _global(self, frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code not in self._codes or _finalizing(frame):
+            return None
+        # f_trace before f_trace_opcodes, or 3.12.1 sends no opcode events.
+        frame.f_trace = self._local
+        frame.f_trace_opcodes = True
+        self._next[frame] = -1  # a function starting or a generator resuming
+        return self._local
+
+    def _local(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            expected = self._next.get(frame)
+            point = expected in (-1, frame.f_lasti)
+            self._next[frame] = self._after(frame.f_code, frame.f_lasti)
+            if point and not self.fired and sys.exception() is None:
+                self._seen += 1
+                if self._seen == self._n:
+                    self.fired = True
+                    raise KeyboardInterrupt
+        elif event == "return":
+            self._next.pop(frame, None)
+        return self._local
+
+    def __enter__(self) -> Interrupter:
+        self._previous = sys.gettrace()
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(self._previous)

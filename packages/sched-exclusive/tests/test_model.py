@@ -9,12 +9,15 @@ around each of our releases). Each request runs a scripted job: per run, a
 few foreign requests, a failure, or the gate closing.
 
 The model is written from the specification, not from the implementation:
-after every step the outcome, the number of runs, the errors, the log lines
-and the counter must match.
+after every step the outcome, the number of runs, the errors (each with its
+attempt), the log lines and the counter must match. Transient counter
+failures are part of the world too: any of our counter calls may fail once,
+and the demand must still be served or stay recorded.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 import tempfile
@@ -27,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sched_exclusive_testkit import hooked, read_counter_file
 
-from sched_exclusive import Exclusive, ExclusiveError, Outcome, RunError
+from sched_exclusive import CoordinationError, Exclusive, Outcome, RunError
 from sched_exclusive._files import parse_count
 from sched_lock import Lock, try_lock
 
@@ -45,11 +48,14 @@ class JobStep:
 
 @dataclass(frozen=True)
 class Race:
-    """Where other processes act around our call."""
+    """Where other processes act around our call, and which counter calls fail."""
 
     release_after_probe: bool = False  # the other holder releases right after our probe
     slips: tuple[int, ...] = ()  # per release ordinal: requests queued just before it
     steals: frozenset[int] = frozenset()  # release ordinals after which another takes the lock
+    # Our counter calls (reads and updates, counted together from 1) that fail
+    # with EIO before touching the file: a transient error of the counter.
+    fail_counter: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -74,9 +80,15 @@ class Expected:
 
     outcome: Outcome
     runs: int = 0
-    failures: int = 0
+    # Each failure's attempt: 0 the own run, n the n-th rerun, None the counter's.
+    attempts: list[int | None] = field(default_factory=list)
+    coordination_error: bool = False
     messages: list[str] = field(default_factory=list)
     foreign: list[Outcome] = field(default_factory=list)
+
+
+class CounterFailed(Exception):
+    """The model's counter call that the race makes fail."""
 
 
 def foreign_request(m: Model, queue: bool, expected: Expected) -> None:
@@ -94,6 +106,14 @@ def predict(m: Model, queue: bool, script: list[JobStep], race: Race) -> Expecte
     """What the specification says one request does; updates the model."""
     cap = m.capacity
     releases = 0
+    counter_calls = 0
+
+    def counter_call() -> None:
+        """One of our counter calls: it fails if the race says so."""
+        nonlocal counter_calls
+        counter_calls += 1
+        if counter_calls in race.fail_counter:
+            raise CounterFailed
 
     def release(expected: Expected) -> None:
         nonlocal releases
@@ -107,41 +127,50 @@ def predict(m: Model, queue: bool, script: list[JobStep], race: Race) -> Expecte
         # Busy at our probe; the other holder may release right after it.
         m.other_holds = not race.release_after_probe
         if not queue:
-            return Expected(Outcome.SKIPPED, messages=["cycle still running; skipping tick"])
+            return Expected(Outcome.SKIPPED, messages=["cycle lock busy; skipping tick"])
+        try:
+            counter_call()
+        except CounterFailed:
+            return Expected(Outcome.NONE, coordination_error=True)
         if m.counter >= cap:
             return Expected(
                 Outcome.DISCARDED,
                 messages=[
-                    f"cycle still running and {m.counter} rerun request(s) already queued; "
-                    "discarding request"
+                    "cycle lock busy; rerun already queued; discarding request "
+                    f"({m.counter} pending, capacity {cap})"
                 ],
             )
         m.counter += 1
-        expected = Expected(
-            Outcome.QUEUED,
-            messages=[f"cycle still running; queued rerun request ({m.counter} of {cap})"],
-        )
-        if m.other_holds:  # the re-probe finds it busy too
-            return expected
+        if m.other_holds:  # the re-probe finds it busy too: only now is it "queued"
+            return Expected(
+                Outcome.QUEUED,
+                messages=[
+                    f"cycle lock busy; queued rerun request ({m.counter} pending, capacity {cap})"
+                ],
+            )
         own_entry = True
     else:
-        expected = Expected(Outcome.RAN)
         own_entry = False
+    expected = Expected(Outcome.RAN)
     # We hold the lock.
     if not m.gate:
         expected.outcome = Outcome.GATED
         expected.messages.append("cycle gate closed; skipping run")
         release(expected)
         return expected
-    if own_entry:
-        m.counter -= 1
-    elif m.counter:
-        expected.messages.append(
-            f"stale queued-run marker cleared at startup ({m.counter} pending)"
-        )
-        m.counter = 0
+    try:
+        counter_call()
+        if own_entry:
+            m.counter -= 1
+        elif m.counter:
+            expected.messages.append(
+                f"stale queued-run marker cleared at startup ({m.counter} pending)"
+            )
+            m.counter = 0
+    except CounterFailed:
+        expected.attempts.append(None)  # reported; the run starts all the same
 
-    def run_job() -> None:
+    def run_job(attempt: int) -> None:
         step = script[expected.runs] if expected.runs < len(script) else JobStep()
         expected.runs += 1
         for queue_mode in step.foreign:
@@ -149,36 +178,61 @@ def predict(m: Model, queue: bool, script: list[JobStep], race: Race) -> Expecte
         if step.close_gate:
             m.gate = False
         if step.fail:
-            expected.failures += 1
+            expected.attempts.append(attempt)
 
-    run_job()
+    run_job(0)
     reruns = 0
     held = True
     while True:
+        try:
+            counter_call()
+        except CounterFailed:  # the read failed
+            expected.attempts.append(None)
+            if not held:
+                break
+            held = False
+            release(expected)
+            continue
         if m.counter == 0:
             if not held:
                 break
             held = False
             release(expected)
             continue
-        if reruns >= MAX_RERUNS:
-            expected.messages.append(
-                f"rerun cap reached; deferring queued demand ({reruns} reruns, {m.counter} pending)"
-            )
-            break
-        if not m.gate_open():  # a method call: run_job may have closed it
+        capped = reruns >= MAX_RERUNS
+        if held:
+            if capped or not m.gate_open():  # a method call: run_job may have closed it
+                held = False  # retire: release, then look once more
+                release(expected)
+                continue
+        elif not m.gate_open():
             expected.messages.append(
                 f"cycle gate closed; deferring queued demand ({m.counter} pending)"
             )
             break
-        if not held:
+        elif capped:
+            expected.messages.append(
+                f"rerun cap reached; deferring queued demand ({m.counter} pending, cap 8)"
+            )
+            break
+        handoff = not held
+        if handoff:
             if m.stolen():
                 break
             held = True
-        m.counter -= 1
+        try:
+            counter_call()
+            m.counter -= 1
+        except CounterFailed:  # taking the entry failed
+            expected.attempts.append(None)
+            if not handoff:
+                held = False
+                release(expected)
+                continue
+            # a handoff runs for the demand it saw
         reruns += 1
         expected.messages.append(f"running queued cycle request (attempt {reruns})")
-        run_job()
+        run_job(reruns)
     if held:
         release(expected)
     expected.outcome = Outcome.RAN_QUEUED if reruns else Outcome.RAN
@@ -196,6 +250,9 @@ races = st.builds(
     release_after_probe=st.booleans(),
     slips=st.lists(st.integers(0, 2), max_size=4).map(tuple),
     steals=st.frozensets(st.integers(1, 4), max_size=2),
+    fail_counter=st.one_of(
+        st.just(frozenset[int]()), st.frozensets(st.integers(1, 12), max_size=3)
+    ),
 )
 
 
@@ -331,21 +388,27 @@ class Coalescing(RuleBasedStateMachine):
             if step.fail:
                 raise ValueError(f"run {runs} failed")
 
+        for ordinal in race.fail_counter:
+            backend.fail_counter[ordinal] = OSError(errno.EIO, "counter failed")
+
         self.records.clear()
-        failures = 0
+        attempts: tuple[int | None, ...] = ()
         kinds: set[type[Exception]] = set()
+        coordination_error = False
         try:
             outcome = ex.run(job) if queue else ex.run_or_skip(job)
         except RunError as exc:
             outcome = exc.outcome
-            failures = len(exc.exceptions)
+            attempts = exc.attempts
             kinds = {type(e) for e in exc.exceptions}
-        except ExclusiveError as exc:  # pragma: no cover - shows the failure
-            raise AssertionError(f"unexpected infrastructure error {exc!r}") from exc
+        except CoordinationError as exc:
+            outcome = exc.outcome
+            coordination_error = True
         assert expected.outcome == outcome
+        assert expected.coordination_error == coordination_error
         assert expected.runs == runs
-        assert expected.failures == failures
-        assert kinds <= {ValueError}
+        assert tuple(expected.attempts) == attempts
+        assert kinds <= {ValueError, OSError}
         assert expected.foreign == foreign
         assert expected.messages == [r.getMessage() for r in self.records]
         assert self.m.other_holds == (self.other is not None)

@@ -101,10 +101,12 @@ def test_busy_queue_mode_queues_then_discards(
     assert 0 == job.runs
     assert 1 == ex.pending()
     assert [
-        "cycle still running; queued rerun request (1 of 1)",
-        "cycle still running and 1 rerun request(s) already queued; discarding request",
+        "cycle lock busy; queued rerun request (1 pending, capacity 1)",
+        "cycle lock busy; rerun already queued; discarding request (1 pending, capacity 1)",
     ] == messages(caplog)
-    assert ["queued", "discarded"] == [vars(r)["sched_outcome"] for r in caplog.records]
+    assert [(directory, 1, 1), (directory, 1, 1)] == [
+        (vars(r)["dir"], vars(r)["pending"], vars(r)["capacity"]) for r in caplog.records
+    ]
 
 
 @pytest.mark.parametrize(("capacity", "effective"), [(-5, 1), (0, 1), (1, 1), (3, 3)])
@@ -130,8 +132,8 @@ def test_skip_mode_skips_with_a_warning(
     assert Outcome.SKIPPED == Exclusive(directory).run_or_skip(job)
     assert 0 == job.runs
     assert b"" == read_counter_file(directory)
-    assert [(logging.WARNING, "cycle still running; skipping tick")] == [
-        (r.levelno, r.getMessage()) for r in caplog.records
+    assert [(logging.WARNING, "cycle lock busy; skipping tick", directory)] == [
+        (r.levelno, r.getMessage(), vars(r)["dir"]) for r in caplog.records
     ]
 
 
@@ -148,8 +150,8 @@ def test_fresh_acquisition_clears_an_orphaned_counter(
     [record] = caplog.records
     assert logging.WARNING == record.levelno
     assert "stale queued-run marker cleared at startup (3 pending)" == record.getMessage()
-    assert 3 == vars(record)["sched_pending"]
-    assert directory == vars(record)["sched_dir"]
+    assert 3 == vars(record)["pending"]
+    assert directory == vars(record)["dir"]
 
 
 def test_requests_queued_during_a_run_rerun_it(
@@ -170,7 +172,7 @@ def test_requests_queued_during_a_run_rerun_it(
         "running queued cycle request (attempt 1)",
         "running queued cycle request (attempt 2)",
     ] == [r.getMessage() for r in reruns]
-    assert [1, 2] == [vars(r)["sched_attempt"] for r in reruns]
+    assert [1, 2] == [vars(r)["attempt"] for r in reruns]
 
 
 def test_run_or_skip_serves_queued_demand_too(directory: str) -> None:
@@ -198,7 +200,22 @@ def test_reruns_go_on_through_job_failures(directory: str) -> None:
         repr(e.args[0]) if not isinstance(e, OSError) else e.strerror
         for e in caught.value.exceptions
     ]
+    assert (0, 1, 2) == caught.value.attempts
+    assert caught.value.own is caught.value.exceptions[0]
     assert 0 == Exclusive(directory).pending()
+
+
+def test_own_run_is_told_apart_from_the_reruns_it_served(directory: str) -> None:
+    """A call whose own run succeeded but that served another process's request whose
+    rerun failed: the RunError says so, ``own`` is None and the failure is attempt 1, so
+    a one-shot poll can exit by its own result as the Go apps do."""
+    other = Exclusive(directory)
+    rerun = RuntimeError("the rerun for another request failed")
+    job = Recorder(lambda: other.run(lambda: None), lambda: (_ for _ in ()).throw(rerun))
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory).run(job)
+    assert (Outcome.RAN_QUEUED, (rerun,)) == (caught.value.outcome, caught.value.exceptions)
+    assert ((1,), None) == (caught.value.attempts, caught.value.own)
 
 
 def test_a_single_failure_keeps_outcome_ran(directory: str) -> None:
@@ -232,10 +249,12 @@ def test_rerun_cap_defers_demand(directory: str, caplog: pytest.LogCaptureFixtur
     assert 1 == other.pending()
     warning = caplog.records[-1]
     assert logging.WARNING == warning.levelno
-    assert (
-        "rerun cap reached; deferring queued demand (8 reruns, 1 pending)" == warning.getMessage()
+    assert "rerun cap reached; deferring queued demand (1 pending, cap 8)" == warning.getMessage()
+    assert (directory, 1, 8) == (
+        vars(warning)["dir"],
+        vars(warning)["pending"],
+        vars(warning)["cap"],
     )
-    assert (8, 1) == (vars(warning)["sched_reruns"], vars(warning)["sched_pending"])
     # The next acquisition's run satisfies the deferred demand.
     caplog.clear()
     assert Outcome.RAN == other.run(lambda: None)
@@ -331,7 +350,7 @@ def test_reprobe_serves_a_request_that_raced_the_release(
     assert Outcome.RAN == ex.run(job)
     assert 1 == job.runs
     assert b"0\n" == read_counter_file(directory)
-    assert ["cycle still running; queued rerun request (1 of 1)"] == messages(caplog)
+    assert [] == messages(caplog)  # Go logs "queued" only for a request that stays queued
 
 
 def test_reprobe_leaves_other_entries_for_reruns(directory: str, hold: Callable[[], Lock]) -> None:
@@ -488,15 +507,18 @@ def test_missing_directory_is_an_error_with_outcome_none(tmp_path: Path) -> None
     assert not missing.exists()
 
 
-def test_unusable_counter_stops_a_fresh_run(directory: str) -> None:
-    """A counter that cannot be settled before the first run: nothing runs, outcome none."""
-    Path(directory, "cycle.queued").mkdir()
-    job = Recorder()
-    with pytest.raises(CoordinationError) as caught:
+def test_unusable_counter_at_acquisition_still_runs(directory: str) -> None:
+    """A counter that cannot be settled before the first run is reported, and the job
+    still runs (outcome ran), as Go's TestExclusiveReportsAcquisitionQueueError pins: the
+    lock was won. The job clears the obstacle, so only the acquisition step failed."""
+    blocked = Path(directory, "cycle.queued")
+    blocked.mkdir()
+    job = Recorder(blocked.rmdir)
+    with pytest.raises(RunError) as caught:
         Exclusive(directory).run(job)
-    assert Outcome.NONE == caught.value.outcome
-    assert errno.EISDIR == caught.value.errno
-    assert 0 == job.runs
+    assert Outcome.RAN == caught.value.outcome
+    assert [errno.EISDIR] == [getattr(e, "errno", None) for e in caught.value.exceptions]
+    assert 1 == job.runs
     assert lock_is_free(directory)
 
 
@@ -511,18 +533,61 @@ def test_unusable_counter_when_busy_is_outcome_none(
     assert Outcome.NONE == caught.value.outcome
 
 
-def test_reprobe_counter_failure_is_queued(directory: str, hold: Callable[[], Lock]) -> None:
-    """After a re-probe, failing to take the own entry: nothing runs, outcome queued."""
+def test_reprobe_counter_failure_still_runs(directory: str, hold: Callable[[], Lock]) -> None:
+    """After a re-probe, failing to take the own entry is reported and the job still runs
+    (outcome ran), as in Go; the entry left behind is served as demand, never lost."""
     holder = hold()
     ex = Exclusive(directory)
     backend = hooked(ex)
     backend.after_probe[1] = holder.unlock
-    backend.fail_counter[2] = OSError(errno.EIO, "counter failed")
+    failure = OSError(errno.EIO, "counter failed")
+    backend.fail_counter[2] = failure
     job = Recorder()
-    with pytest.raises(CoordinationError) as caught:
+    with pytest.raises(RunError) as caught:
         ex.run(job)
-    assert Outcome.QUEUED == caught.value.outcome
-    assert 0 == job.runs
+    assert (Outcome.RAN_QUEUED, (failure,)) == (caught.value.outcome, caught.value.exceptions)
+    assert 2 == job.runs  # the entry that could not be taken reads as one more request
+    assert 0 == ex.pending()
+    assert lock_is_free(directory)
+
+
+def test_counter_failure_in_the_consume_loop_still_hands_off(directory: str) -> None:
+    """A counter failure after the run stops consuming and releases the lock, and the
+    post-release re-check still reads the counter: a request queued meanwhile is served
+    by a handoff instead of waiting for the next tick."""
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    failure = OSError(errno.EIO, "counter failed")
+    backend.fail_counter[2] = failure  # the first look after the run
+    late: list[Outcome] = []
+    job = Recorder(lambda: late.append(Exclusive(directory).run(lambda: None)))
+    with pytest.raises(RunError) as caught:
+        ex.run(job)
+    assert [Outcome.QUEUED] == late
+    assert (Outcome.RAN_QUEUED, (failure,)) == (caught.value.outcome, caught.value.exceptions)
+    assert 2 == job.runs
+    assert 0 == ex.pending()
+    assert 2 == backend.probes  # the first probe and the handoff
+    assert lock_is_free(directory)
+
+
+def test_counter_failure_after_release_is_reported(directory: str) -> None:
+    """Go's TestExclusiveReportsPostRunQueueError: a counter failure found only after the
+    job (the gate closed during it, so no rerun) still reaches the caller; outcome ran."""
+    open_ = True
+    counter = Path(directory, "cycle.queued")
+
+    def job() -> None:
+        nonlocal open_
+        open_ = False
+        counter.unlink()
+        counter.mkdir()
+
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory, gate=lambda: open_).run(job)
+    assert Outcome.RAN == caught.value.outcome
+    assert caught.value.exceptions
+    assert {errno.EISDIR} == {getattr(e, "errno", None) for e in caught.value.exceptions}
     assert lock_is_free(directory)
 
 
@@ -703,3 +768,91 @@ def test_an_interrupt_outside_the_job_still_releases_first(directory: str) -> No
     assert [target] == fired
     assert caught.value.__traceback__ is not None  # the driver's frame is still referenced
     assert lock_is_free(directory)
+
+
+def test_a_failed_handoff_probe_is_reported_and_demand_kept(directory: str) -> None:
+    """The lock cannot be probed for a handoff: the error is reported with the outcome,
+    and the request that slipped in stays recorded for the next run."""
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    backend.before_release[1] = lambda: Exclusive(directory).run(lambda: None)
+    failure = OSError(errno.EIO, "probe failed")
+    backend.fail_probe[2] = failure
+    job = Recorder()
+    with pytest.raises(RunError) as caught:
+        ex.run(job)
+    assert (Outcome.RAN, (failure,)) == (caught.value.outcome, caught.value.exceptions)
+    assert 1 == job.runs
+    assert 1 == ex.pending()
+    assert lock_is_free(directory)
+
+
+def test_a_handoff_whose_take_fails_still_runs(directory: str) -> None:
+    """Taking the entry after a handoff fails: reported, and the handoff runs for the
+    demand it saw (as in Go); the entry left behind is one more rerun, never lost."""
+    ex = Exclusive(directory)
+    backend = hooked(ex)
+    backend.before_release[1] = lambda: Exclusive(directory).run(lambda: None)
+    failure = OSError(errno.EIO, "counter failed")
+    # 1 clear, 2 read (0), release, 3 read (1), handoff, 4 take: fails.
+    backend.fail_counter[4] = failure
+    job = Recorder()
+    with pytest.raises(RunError) as caught:
+        ex.run(job)
+    assert (Outcome.RAN_QUEUED, (failure,), (None,)) == (
+        caught.value.outcome,
+        caught.value.exceptions,
+        caught.value.attempts,
+    )
+    assert 3 == job.runs
+    assert 0 == ex.pending()
+    assert lock_is_free(directory)
+
+
+def test_a_closed_gate_at_the_cap_logs_the_gate_as_go_does(
+    directory: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the rerun cap with the gate closed too, the holder releases, looks once more,
+    and logs the gate's deferral (Go asks the gate first after its release)."""
+    caplog.set_level(logging.INFO, LOGGER)
+    open_ = True
+    other = Exclusive(directory)
+    runs = 0
+
+    def job() -> None:
+        nonlocal runs, open_
+        runs += 1
+        other.run(lambda: None)
+        if runs == 9:
+            open_ = False
+
+    assert Outcome.RAN_QUEUED == Exclusive(directory, gate=lambda: open_).run(job)
+    assert 9 == runs
+    assert "cycle gate closed; deferring queued demand (1 pending)" == messages(caplog)[-1]
+    assert 1 == other.pending()
+
+
+def test_a_gate_that_raises_mid_run_stays_closed(directory: str) -> None:
+    """A gate that raises before a rerun defers the demand, counts as closed for the rest
+    of the call, and its error is kept once."""
+    other = Exclusive(directory)
+    failure = RuntimeError("gate broke")
+    asked = 0
+
+    def gate() -> bool:
+        nonlocal asked
+        asked += 1
+        if asked > 1:
+            raise failure
+        return True
+
+    job = Recorder(lambda: other.run(lambda: None))
+    with pytest.raises(RunError) as caught:
+        Exclusive(directory, gate=gate).run(job)
+    assert (Outcome.RAN, (failure,), (None,)) == (
+        caught.value.outcome,
+        caught.value.exceptions,
+        caught.value.attempts,
+    )
+    assert (1, 2) == (job.runs, asked)
+    assert 1 == other.pending()

@@ -1,7 +1,8 @@
 """The operator CLI: ``python -m sched_exclusive status DIR [--json]``.
 
-Exit status: 0 when the snapshot was taken, 1 when the directory or a file
-in it could not be read, 2 for a usage error.
+Exit status: 0 when the snapshot was taken (notes about the files go to
+stderr), 1 when the directory or the counter file could not be read, 2 for a
+usage error. It never blocks.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"python -m sched_exclusive status: {exc}", file=sys.stderr)
         return 1
+    for note in snapshot.notes:
+        print(f"python -m sched_exclusive status: note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(snapshot.as_json()))
     else:

@@ -38,6 +38,21 @@ class Exclusive:
     acquisition. Both files are created on first use and never deleted, and
     Python and Go processes built on the Go library can share one directory.
 
+    A failure of the counter file never strands demand, as in the Go
+    library: one while settling the counter before the first run is reported
+    and the job runs all the same; one after a run stops the reruns and
+    releases the lock, and the look at the counter after the release still
+    hands the lock back to queued demand.
+
+    Only the calling process acts for a call. A process the job forks
+    (``fork()`` without ``exec``, a ``multiprocessing`` fork pool) never
+    releases the lock nor touches the counter: one that ends with
+    ``sys.exit()`` only closes its copy of the lock, and one that returns
+    from the job returns from the call at once (``ran``), leaving the queued
+    demand to the process that took the lock. An exception from a signal
+    handler (Ctrl-C's ``KeyboardInterrupt``), wherever it lands, propagates
+    with the lock already released.
+
     An instance holds no state between calls and may be shared by threads.
 
     Args:
@@ -86,7 +101,7 @@ class Exclusive:
         self._capacity = max(queue_capacity, 1)
         self._gate = gate
         self._backend: Backend = FileBackend(self._dir)
-        self._lines = Lines(logger if logger is not None else _LOGGER, {"sched_dir": self._dir})
+        self._lines = Lines(logger if logger is not None else _LOGGER, {"dir": self._dir})
 
     def __repr__(self) -> str:
         return f"Exclusive({self._dir!r}, queue_capacity={self._capacity})"
@@ -146,12 +161,19 @@ class Exclusive:
             RunError: the job raised (in the first run or any rerun), or the
                 gate raised, or the lock or counter failed while this call
                 held the lock; ``.outcome`` says what ran, ``.exceptions``
-                holds every error.
+                holds every error, ``.attempts`` the run each came from, and
+                ``.own`` is this call's own run's failure (``None`` when only
+                reruns served for other requests failed).
             CoordinationError: the lock or counter failed before any run
                 (``.outcome`` is ``none``, or ``queued`` when the request was
                 recorded but the re-probe failed).
             KeyboardInterrupt: and any other ``BaseException`` from the job,
                 at once, after the lock is released.
+
+        .. versionchanged:: 0.2.0
+           A counter failure once the lock is won no longer stops the run:
+           it is reported in the ``RunError`` and the job runs (outcome
+           ``ran``), as in the Go library.
         """
         return _drive(self._coalesce(queue=True), job)
 
