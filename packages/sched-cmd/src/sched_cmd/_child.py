@@ -17,6 +17,8 @@ import subprocess
 import threading
 from typing import Any, final
 
+from ._wakeup import start_with_signals_blocked
+
 __all__ = ["Child"]
 
 _HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
@@ -55,7 +57,7 @@ class Child:
                 os.close(write_fd)  # EOF on read_fd: the child is reaped
 
         self._waiter = threading.Thread(target=wait, name="sched_cmd child waiter", daemon=True)
-        self._waiter.start()
+        start_with_signals_blocked(self._waiter)
         return read_fd
 
     def exit_fd(self) -> int:

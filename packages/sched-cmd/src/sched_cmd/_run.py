@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, final
 
 from ._core import DEFAULT_GRACE, Command, Input, Options, Outcome, execute, go_duration
 from ._durations import Duration, to_timedelta
-from ._wakeup import Wakeup, subscribe
+from ._wakeup import Wakeup, signals_wake, subscribe
 
 if TYPE_CHECKING:
     import asyncio
@@ -53,11 +53,20 @@ def run(
 
     Waiting does not poll: one ``select`` covers the pipes, the child's exit
     (a pidfd on Linux, a waiter thread elsewhere) and a self-pipe woken when
-    *stop* is set. ``stop.set()`` itself sends the SIGTERM, in the thread
-    that calls it, through a hook on the event's condition; for an event
-    whose class overrides ``set()`` (or on an interpreter whose ``threading``
-    differs), one helper thread per distinct event waits on it instead, until
-    it is set, so share one event between runs.
+    *stop* is set. One helper thread per distinct stop event waits on it
+    (``Event.wait()``), sends the SIGTERM the moment it is set and wakes the
+    runs; it ends once the event is set. An event that is never set keeps
+    its helper, idle, for the life of the process: share one stop event
+    between runs rather than creating one per run.
+
+    Setting *stop* from a signal handler is safe as far as ``run`` is
+    concerned: it never holds the event's lock, and in the main thread it
+    makes the process's wakeup fd (``signal.set_wakeup_fd``) wake its wait
+    while it waits, unless the application has set one, so a handler runs
+    at once. The application's own ``stop.wait()`` or ``stop.clear()`` in
+    the main thread, interrupted by such a handler, can still deadlock:
+    ``sched_loop.stop_on_signals`` sets the event from a helper thread
+    instead.
 
     Args:
         args: the command, as for ``subprocess.run``.
@@ -105,16 +114,17 @@ def run(
     )
     wakeup = Wakeup()
     try:
-        if stop is None:
-            outcome = execute(options, wakeup)
-        elif stop.is_set():
-            outcome = options.not_started()
-        else:
-            unsubscribe = subscribe(stop, wakeup)
-            try:
+        with signals_wake(wakeup):
+            if stop is None:
                 outcome = execute(options, wakeup)
-            finally:
-                unsubscribe()
+            elif stop.is_set():
+                outcome = options.not_started()
+            else:
+                unsubscribe = subscribe(stop, wakeup)
+                try:
+                    outcome = execute(options, wakeup)
+                finally:
+                    unsubscribe()
     finally:
         wakeup.close()
     return options.finish(outcome)
