@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 from ._core import DEFAULT_GRACE, Command, Input, Options, Outcome, execute, go_duration
 from ._durations import Duration, to_timedelta
+from ._result import CompletedRun
 from ._wakeup import Wakeup, signals_wake, subscribe
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def run(
     capture_output: bool = False,
     logger: logging.Logger | None = None,
     **popen_kwargs: Any,
-) -> subprocess.CompletedProcess[Any]:
+) -> CompletedRun[Any]:
     """Run a command like ``subprocess.run``, stopping it gracefully on request.
 
     Everything ``subprocess.run`` accepts keeps working (``stdout``, ``stderr``,
@@ -76,9 +76,12 @@ def run(
         timeout: stop the child gracefully after this long and raise
             ``TimeoutExpired``.
         kill_group: start the child as the leader of its own process group
-            (``process_group=0``) and signal the whole group, so grandchildren
-            stop too; when the child exits by itself, members of its group
-            still alive get the same SIGTERM, grace, SIGKILL sweep.
+            (``process_group=0``) and signal the whole group, so descendants
+            that stay in it stop too; when the child exits by itself, members
+            of its group still alive get the same SIGTERM, grace, SIGKILL
+            sweep. A descendant that leaves the group (``setsid()``, a shell
+            with job control) escapes both and outlives the run. The result's
+            ``group`` reports the sweep.
         check: raise ``CalledProcessError`` on a non-zero returncode.
         input: data sent to the child's stdin (``str`` in text mode).
         capture_output: capture stdout and stderr (``PIPE`` both).
@@ -87,7 +90,8 @@ def run(
         **popen_kwargs: passed to ``subprocess.Popen``.
 
     Returns:
-        The ``subprocess.CompletedProcess``.
+        A `CompletedRun`: the ``subprocess.CompletedProcess``, whose
+        ``group`` reports what a ``kill_group`` run did to the process group.
 
     Raises:
         subprocess.TimeoutExpired: *timeout* passed; raised after the child was
@@ -142,7 +146,7 @@ async def arun(
     capture_output: bool = False,
     logger: logging.Logger | None = None,
     **popen_kwargs: Any,
-) -> subprocess.CompletedProcess[Any]:
+) -> CompletedRun[Any]:
     """Run a command from asyncio; the twin of `run`, with cancellation as a stop.
 
     The sync core runs in a dedicated thread, so everything `run` guarantees
@@ -165,7 +169,7 @@ async def arun(
         **popen_kwargs: passed to ``subprocess.Popen``.
 
     Returns:
-        The ``subprocess.CompletedProcess``.
+        A `CompletedRun`, as `run` returns.
 
     Raises:
         asyncio.CancelledError: the task was cancelled (the child is reaped first).
@@ -261,7 +265,7 @@ class CommandRunner(Protocol):
         capture_output: bool = False,
         logger: logging.Logger | None = None,
         **popen_kwargs: Any,
-    ) -> subprocess.CompletedProcess[Any]:
+    ) -> CompletedRun[Any]:
         """Run *args*; see `run`."""
         ...
 
@@ -295,7 +299,7 @@ class _GracefulRunner:
         capture_output: bool = False,
         logger: logging.Logger | None = None,
         **popen_kwargs: Any,
-    ) -> subprocess.CompletedProcess[Any]:
+    ) -> CompletedRun[Any]:
         """Run *args* with this runner's grace; see `run`."""
         return run(
             args,
