@@ -75,9 +75,9 @@ def test_unparseable_interval_warns_and_uses_the_default(
 ) -> None:
     """A typo in JOB_INTERVAL is logged with the variable's name, and the default cadence runs."""
     runner = children.jobrunner("run", env={**runner_env, "JOB_INTERVAL": "1d"})
-    line = runner.expect(r"JOB_INTERVAL: cannot parse interval").string
-    assert "'1d', using default 6h0m0s" in line
-    assert "sched_reason=unparseable" in line
+    line = runner.expect(r"cannot parse interval, using default: name=JOB_INTERVAL").string
+    assert "value='1d' default=6h0m0s" in line
+    assert "sched_default=6h0m0s sched_name=JOB_INTERVAL sched_value=1d" in line
     runner.expect(r"built-in mode: a cycle now, then every 6h0m0s")
     runner.expect(r"cycle outcome: ran")
     runner.terminate()
