@@ -93,6 +93,14 @@ def test_external_mode_idles_until_stopped(children: Children, runner_env: dict[
     assert not any("cycle" in line and "starting" in line for line in runner.lines)
 
 
+def test_poll_reads_a_bad_interval_quietly(runner_env: dict[str, str]) -> None:
+    """The resident process warns about JOB_INTERVAL at startup; a poll does not repeat it."""
+    result = jobrunner("poll", env={**runner_env, "JOB_INTERVAL": "1d"})
+    assert 0 == result.returncode, result.stderr
+    assert "cannot parse interval" not in result.stderr
+    assert "poll: ran\n" == result.stdout.splitlines(keepends=True)[-1]
+
+
 def test_poll_runs_the_cycle_itself_when_nothing_runs(runner_env: dict[str, str]) -> None:
     """A poll that finds the lock free runs the cycle and reports ``ran``."""
     result = jobrunner("poll", env=runner_env)
