@@ -60,7 +60,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
             1,
         ),
         (["--", "--5m"], "mode: built-in\ninterval: 6h0m0s\n", None, 1),
-        (["9223372036854775807ns"], "mode: built-in\ninterval: 2562047h47m16.854775s\n", "", 0),
+        (["9223372036854775807ns"], "mode: built-in\ninterval: 2562047h47m16.854776s\n", "", 0),
     ],
 )
 def test_cli_prints_mode_cadence_and_warnings(

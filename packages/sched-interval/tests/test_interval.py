@@ -102,7 +102,7 @@ def check(
         ("-0", Schedule(SIX_HOURS, Mode.EXTERNAL)),
         ("0h0m", Schedule(SIX_HOURS, Mode.EXTERNAL)),
         (" 30m\n", Schedule(timedelta(minutes=30), Mode.BUILTIN)),
-        ("9223372036854775807ns", Schedule(timedelta(microseconds=9223372036854775), Mode.BUILTIN)),
+        ("9223372036854775807ns", Schedule(timedelta(microseconds=9223372036854776), Mode.BUILTIN)),
     ],
 )
 def test_table_rows_without_warning(raw: str | None, expected: Schedule) -> None:

@@ -350,9 +350,10 @@ def parse_interval(
     selects `Mode.EXTERNAL`, or `Mode.ONCE` with *zero_as_once*; a positive Go
     duration selects `Mode.BUILTIN` at that cadence, clamped to *bounds*; a
     negative or unparseable value falls back to `Mode.BUILTIN` at *default*
-    with a warning. A positive cadence is never zero: below one microsecond
-    it rounds up to one (``timedelta`` holds microseconds; otherwise it
-    rounds to the nearest, ties to even).
+    with a warning. A ``timedelta`` holds microseconds, so a cadence is the
+    nearest microsecond to the nanoseconds parsed (ties to even, exactly,
+    over the whole int64 range), except that a positive cadence is never
+    zero: below half a microsecond it is one.
 
     Each warning begins with the Go library's message, then gives Go's
     attributes as ``key=value`` facts, and carries the same facts in
