@@ -187,14 +187,15 @@ SECOND_SIGNAL_CHILD = """
 """
 
 
-@pytest.mark.parametrize(
-    ("first", "second"),
-    [
-        (signal.SIGINT, signal.SIGINT),
-        (signal.SIGTERM, signal.SIGTERM),
-        (signal.SIGTERM, signal.SIGINT),
-    ],
-)
+#: A first signal, then a second one: the same, or the other.
+SIGNAL_PAIRS = [
+    (signal.SIGINT, signal.SIGINT),
+    (signal.SIGTERM, signal.SIGTERM),
+    (signal.SIGTERM, signal.SIGINT),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), SIGNAL_PAIRS)
 def test_second_signal_takes_the_default_action(
     first: signal.Signals, second: signal.Signals
 ) -> None:
@@ -245,14 +246,7 @@ CATCHING_CHILD = """
 """
 
 
-@pytest.mark.parametrize(
-    ("first", "second"),
-    [
-        (signal.SIGTERM, signal.SIGTERM),
-        (signal.SIGINT, signal.SIGINT),
-        (signal.SIGINT, signal.SIGTERM),
-    ],
-)
+@pytest.mark.parametrize(("first", "second"), SIGNAL_PAIRS)
 def test_second_signal_catch_keeps_catching_until_the_helper_is_closed(
     first: signal.Signals, second: signal.Signals
 ) -> None:
