@@ -68,8 +68,9 @@ class CompletedRun(subprocess.CompletedProcess[_T], Generic[_T]):
     Everything a ``CompletedProcess`` has, it has (``args``, ``returncode``,
     ``stdout``, ``stderr``, ``check_returncode()``); ``group`` is the
     `GroupReport` of a run started with ``kill_group=True``, and ``None``
-    otherwise or when no child was started. A fake `CommandRunner` returns
-    one with ``CompletedRun(args, 0)``.
+    otherwise or when no child was started. A run that raises instead
+    (``check=True``, a ``timeout``) leaves no report. A fake `CommandRunner`
+    returns one with ``CompletedRun(args, 0)``.
 
     Args:
         args: the command, as given.
