@@ -75,9 +75,9 @@ def test_unparseable_interval_warns_and_uses_the_default(
 ) -> None:
     """A typo in JOB_INTERVAL is logged with the variable's name, and the default cadence runs."""
     runner = children.jobrunner("run", env={**runner_env, "JOB_INTERVAL": "1d"})
-    line = runner.expect(r"JOB_INTERVAL: cannot parse interval").string
-    assert "'1d', using default 6h0m0s" in line
-    assert "sched_reason=unparseable" in line
+    line = runner.expect(r"cannot parse interval, using default: name=JOB_INTERVAL").string
+    assert "value='1d' default=6h0m0s" in line
+    assert "sched_default=6h0m0s sched_name=JOB_INTERVAL sched_value=1d" in line
     runner.expect(r"built-in mode: a cycle now, then every 6h0m0s")
     runner.expect(r"cycle outcome: ran")
     runner.terminate()
@@ -91,6 +91,14 @@ def test_external_mode_idles_until_stopped(children: Children, runner_env: dict[
     runner.terminate()
     assert 0 == runner.wait()
     assert not any("cycle" in line and "starting" in line for line in runner.lines)
+
+
+def test_poll_reads_a_bad_interval_quietly(runner_env: dict[str, str]) -> None:
+    """The resident process warns about JOB_INTERVAL at startup; a poll does not repeat it."""
+    result = jobrunner("poll", env={**runner_env, "JOB_INTERVAL": "1d"})
+    assert 0 == result.returncode, result.stderr
+    assert "cannot parse interval" not in result.stderr
+    assert "poll: ran\n" == result.stdout.splitlines(keepends=True)[-1]
 
 
 def test_poll_runs_the_cycle_itself_when_nothing_runs(runner_env: dict[str, str]) -> None:

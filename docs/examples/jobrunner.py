@@ -84,6 +84,22 @@ class KeyValueFormatter(logging.Formatter):
         return line
 
 
+def quiet_logger() -> logging.Logger:
+    """A logger that drops every record: for reading ``JOB_INTERVAL`` again after startup.
+
+    The resident process logs a bad value once, when it starts; a ``poll``
+    (or a health probe) that re-reads the variable passes this logger so the
+    warning is not repeated on every call. It stops propagation and has a
+    ``NullHandler``, so neither the root handlers nor ``logging.lastResort``
+    see a record.
+    """
+    quiet = logging.getLogger("jobrunner.quiet")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    return quiet
+
+
 def configure_logging() -> None:
     """Send every record, ours and the libraries', to stderr, one line each."""
     handler = logging.StreamHandler(sys.stderr)
@@ -109,8 +125,11 @@ class Config:
     socket: Path
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Config:
-        """Read the configuration; warnings about ``JOB_INTERVAL`` are logged."""
+    def from_env(
+        cls, env: dict[str, str] | None = None, *, interval_logger: logging.Logger | None = None
+    ) -> Config:
+        """Read the configuration; warnings about ``JOB_INTERVAL`` go to *interval_logger*
+        (by default the ``sched_interval`` logger)."""
         env = dict(os.environ if env is None else env)
         default_command = [sys.executable, str(Path(__file__).with_name("work.py"))]
         state_dir = Path(env.get("JOB_STATE_DIR", "/tmp/jobrunner"))
@@ -119,7 +138,11 @@ class Config:
             # zero_as_once: this job supports a run-once mode ("0"), as a batch
             # job would; "off"/"disabled" still select external mode.
             schedule=interval_from_env(
-                "JOB_INTERVAL", DEFAULT_INTERVAL, zero_as_once=True, environ=env
+                "JOB_INTERVAL",
+                DEFAULT_INTERVAL,
+                zero_as_once=True,
+                environ=env,
+                logger=interval_logger,
             ),
             command=shlex.split(env["JOB_COMMAND"]) if "JOB_COMMAND" in env else default_command,
             grace=timedelta(microseconds=grace_ns // 1000) or sched_cmd.DEFAULT_GRACE,
@@ -381,9 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["run", "poll", "daemon"])
     args = parser.parse_args(argv)
     configure_logging()
-    config = Config.from_env()
     if args.command == "poll":
-        return main_poll(config)
+        # The resident process warned about JOB_INTERVAL when it started.
+        return main_poll(Config.from_env(interval_logger=quiet_logger()))
+    config = Config.from_env()
     if args.command == "daemon":
         return main_daemon(config)
     return main_run(config)
