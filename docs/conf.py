@@ -116,7 +116,7 @@ sched_packages = sorted(PACKAGES.values())
 # definition), so that every signature links somewhere.
 sched_signature_types = {
     "sched_interval": ["Duration", "DurationLike", "Bounds"],
-    "sched_cmd": ["Duration", "Command", "Input"],
+    "sched_cmd": ["Duration", "Command", "Input", "T"],
     "sched_trigger": ["Duration", "P"],
 }
 autodoc_default_options = {

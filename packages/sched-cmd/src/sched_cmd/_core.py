@@ -397,7 +397,7 @@ class _Session:
             return  # the exit event will finish the job
         self._cut_outputs()
         if not self.group_done and self.child.group_alive():
-            self._kill("group members still running at the end of the grace")
+            self._kill("members still running at the end of the grace")
         self.group_done = True
         self.sweep_at = None
 

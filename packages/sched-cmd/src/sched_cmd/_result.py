@@ -8,7 +8,8 @@ from typing import Any, Generic, TypeVar, final
 
 __all__ = ["CompletedRun", "GroupReport"]
 
-_T = TypeVar("_T")
+#: The type of the captured output: ``str`` with ``text=True``, else ``bytes``.
+T = TypeVar("T")
 
 
 @final
@@ -62,7 +63,7 @@ class GroupReport:
 
 
 @final
-class CompletedRun(subprocess.CompletedProcess[_T], Generic[_T]):
+class CompletedRun(subprocess.CompletedProcess[T], Generic[T]):
     """``subprocess.CompletedProcess`` with the report of a ``kill_group`` run.
 
     Everything a ``CompletedProcess`` has, it has (``args``, ``returncode``,
@@ -86,8 +87,8 @@ class CompletedRun(subprocess.CompletedProcess[_T], Generic[_T]):
         self,
         args: Any,
         returncode: int,
-        stdout: _T | None = None,
-        stderr: _T | None = None,
+        stdout: T | None = None,
+        stderr: T | None = None,
         *,
         group: GroupReport | None = None,
     ) -> None:
