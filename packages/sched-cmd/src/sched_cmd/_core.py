@@ -444,8 +444,8 @@ class _Session:
             self.terminating = True
         if self.child.terminate():  # not sent yet by a stop request
             _logger(self.options.logger).warning(
-                "pid %d exited but members of its process group are still "
-                "running; sent them SIGTERM, SIGKILL in %s",
+                "pid %d exited but its process group still has members; "
+                "sent them SIGTERM, SIGKILL in %s",
                 self.proc.pid,
                 go_duration(self.options.grace),
                 extra=self._extra(signal.SIGTERM, "group members left behind"),
