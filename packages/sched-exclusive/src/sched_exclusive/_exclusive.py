@@ -25,7 +25,9 @@ __all__ = ["Exclusive", "lock_lost"]
 
 _LOGGER = logging.getLogger("sched_exclusive")
 #: The lease of the job running in this context (set by the drivers around each run).
-_RUNNING: contextvars.ContextVar[Lease] = contextvars.ContextVar("sched_exclusive_running")
+_RUNNING: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
+    "sched_exclusive_running", default=None
+)
 
 
 def lock_lost() -> threading.Event:
@@ -58,7 +60,7 @@ def lock_lost() -> threading.Event:
 
     .. versionadded:: 0.2.0
     """
-    lease = _RUNNING.get(None)
+    lease = _RUNNING.get()
     if lease is None:
         raise RuntimeError("lock_lost() is only available inside a job run by Exclusive")
     event = getattr(lease, "lost_event", None)
@@ -467,8 +469,9 @@ def _drive(step: Step, job: Callable[[], object]) -> Outcome:
         result = _resume(step, None)
         while not isinstance(result, Outcome):
             failure: Exception | None = None
-            token = _RUNNING.set(result)
+            outer = _RUNNING.get()  # restored whatever lands where: no stale lease after
             try:
+                _RUNNING.set(result)
                 job()
             except Exception as exc:
                 failure = exc
@@ -476,7 +479,7 @@ def _drive(step: Step, job: Callable[[], object]) -> Outcome:
                 step.throw(exc)  # releases the lock, then re-raises exc
                 raise
             finally:
-                _RUNNING.reset(token)
+                _RUNNING.set(outer)
             result = _resume(step, failure)
         return result
     finally:
@@ -501,8 +504,9 @@ async def _adrive(
             result = await _off_loop(loop, _resume, step, None)
         while not isinstance(result, Outcome):
             failure: Exception | None = None
-            token = _RUNNING.set(result)
+            outer = _RUNNING.get()
             try:
+                _RUNNING.set(result)
                 await job()
             except Exception as exc:
                 failure = exc
@@ -513,7 +517,7 @@ async def _adrive(
                     await _off_loop(loop, _throw, step, exc)
                 raise
             finally:
-                _RUNNING.reset(token)
+                _RUNNING.set(outer)
             if loop is None:
                 result = _resume(step, failure)
             else:

@@ -225,12 +225,19 @@ class _Session:
         self.owner = os.getpid()
         self.aborted = False
 
+    def fileno(self) -> int | None:
+        """The socket's descriptor, or ``None`` once the connection is closed."""
+        try:
+            return self.conn.fileno()
+        except psycopg.Error:
+            return None
+
     def abort(self) -> None:
         """Shut the socket down under whoever waits on it (any thread)."""
         self.aborted = True
-        with suppress(OSError, ValueError):
-            fd = self.conn.fileno()
-            with socket.socket(fileno=os.dup(fd)) as dup:
+        fd = self.fileno()
+        if fd is not None:
+            with suppress(OSError), socket.socket(fileno=os.dup(fd)) as dup:
                 dup.shutdown(socket.SHUT_RDWR)
 
     def usable(self, *, look: bool = False) -> bool:
@@ -239,11 +246,12 @@ class _Session:
         server's goodbye (a restart, ``pg_terminate_backend``)."""
         if self.aborted or self.conn.closed or self.conn.broken:
             return False
-        if not look:
-            return True
+        fd = self.fileno()
+        if not look or fd is None:
+            return fd is not None
         try:
             poll = select.poll()
-            poll.register(self.conn.fileno(), select.POLLIN)
+            poll.register(fd, select.POLLIN)
             return not poll.poll(0)
         except (OSError, ValueError):
             return False
@@ -264,8 +272,10 @@ _ABANDONED: list[_Session] = []
 
 def _abandon(session: _Session) -> None:
     """Close this process's copy of an inherited session's socket, without a word."""
-    with suppress(OSError, ValueError):
-        os.close(session.conn.fileno())
+    fd = session.fileno()
+    if fd is not None:
+        with suppress(OSError):
+            os.close(fd)
     _ABANDONED.append(session)
 
 
@@ -355,7 +365,10 @@ class _Pool:
             raise _os_error(exc, settings, "connecting") from exc
         session = _Session(conn, 0)
         try:
-            row = _execute(session, settings, _SETUP, settings.setup_params)
+            # Not prepared: behind a transaction pooler, a second connection's
+            # first statement may land on the first one's backend, and must
+            # reach the pid comparison instead of a prepared-name clash.
+            row = _execute(session, settings, _SETUP, settings.setup_params, prepare=False)
         except BaseException:
             session.close()
             raise
@@ -460,7 +473,13 @@ def _os_error(exc: BaseException, settings: _Settings, doing: str) -> OSError:
 
 
 def _execute(
-    session: _Session, settings: _Settings, query: str, params: Any, doing: str = "a statement"
+    session: _Session,
+    settings: _Settings,
+    query: str,
+    params: Any,
+    doing: str = "a statement",
+    *,
+    prepare: bool | None = None,
 ) -> tuple[Any, ...]:
     """Run one statement on ``session`` under its deadline; return its one row.
 
@@ -471,7 +490,7 @@ def _execute(
     deadlines = _deadlines()
     token = deadlines.arm(session, settings.deadline)
     try:
-        row = session.conn.execute(query, params).fetchone()
+        row = session.conn.execute(query, params, prepare=prepare).fetchone()
     except psycopg.Error as exc:
         if not deadlines.disarm(token) or session.aborted:
             raise OSError(
@@ -669,14 +688,16 @@ class _Monitor:
                 for lease in leases:
                     if lease not in due:
                         due[lease] = now + SESSION_CHECK_INTERVAL
+                        fd = lease._session.fileno()
                         try:
-                            fd = lease._session.conn.fileno()
+                            if fd is None:
+                                raise ValueError("closed")
                             if fd in watched:
                                 selector.unregister(fd)
                             selector.register(fd, selectors.EVENT_READ)
                             watched[fd] = lease
                         except (OSError, ValueError, KeyError):
-                            lease.check()
+                            due[lease] = now  # check it at once
                 timeout = max(min(due.values(), default=math.inf) - now, 0.0)
                 events = selector.select(None if timeout == math.inf else timeout)
                 check: set[PgLease] = set()
@@ -693,7 +714,10 @@ class _Monitor:
                         held = lease in self._leases
                     if not held:
                         continue
-                    lease.check()
+                    try:
+                        lease.check()
+                    except Exception as exc:  # the monitor must outlive any surprise
+                        lease.lose(f"the session check failed: {exc!r}")
                     due[lease] = time.monotonic() + SESSION_CHECK_INTERVAL
                     if lease._lost_reason is not None:
                         self.unwatch(lease)
