@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -532,3 +533,77 @@ def test_the_import_loads_no_driver() -> None:
     )
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, check=True)
     assert b"[]\n" == out.stdout
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sched_exclusive", *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
+def test_status_reports_the_holder_without_taking_the_lock(
+    pg: PgWorld, children: list[Child]
+) -> None:
+    """`status --postgres` says running, since when, which host and pid, and the queued
+    count, from pg_locks and the row: the lock is never probed, so a request arriving
+    meanwhile still finds the holder's lock busy."""
+    idle = cli("status", "--postgres", pg.dsn, pg.name)
+    assert (0, f"{pg.name}: idle; 0 queued requests\n") == (idle.returncode, idle.stdout)
+    holder = Child(HOLDER, pg.dsn, pg.name)
+    children.append(holder)
+    assert "running" == holder.read_line()
+    assert Outcome.QUEUED == pg.exclusive().run(lambda: None)
+    shown = cli("status", "--postgres", pg.dsn, pg.name)
+    assert 0 == shown.returncode, shown.stderr
+    line = shown.stdout
+    assert line.startswith(f"{pg.name}: running since ")
+    assert f"host {socket.gethostname()}, pid {holder.process.pid}; 1 queued request\n" in line
+    fields = json.loads(cli("status", "--postgres", pg.dsn, pg.name, "--json").stdout)
+    assert ("running", 1, holder.process.pid) == (
+        fields["state"],
+        fields["pending"],
+        fields["pid"],
+    )
+    assert holder_backend(pg) == fields["backend_pid"]
+    holder.write_line("")
+    assert "running" == holder.read_line()  # the rerun of the queued request
+    holder.write_line("")
+    assert "ran-queued" == holder.read_line()
+    after = cli("status", "--postgres", pg.dsn, pg.name)
+    assert after.stdout.startswith(f"{pg.name}: idle (last cycle started ")
+
+
+def test_status_of_a_database_without_the_table(postgres_required: str) -> None:
+    """Before any job ran, the table may not exist: idle, 0 queued, and a note."""
+    import psycopg
+
+    schema = f"empty{os.getpid()}"
+    with psycopg.connect(postgres_required, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        dsn = f"{postgres_required} options='-c search_path={schema}'"
+        shown = cli("status", "--postgres", dsn, "job")
+        assert (0, "job: idle; 0 queued requests\n") == (shown.returncode, shown.stdout)
+        assert "does not exist yet" in shown.stderr
+        made = cli("init-postgres", dsn)
+        assert 0 == made.returncode, made.stderr
+        assert made.stdout.startswith(f"{schema}.sched_exclusive is ready")
+        again = cli("init-postgres", dsn)  # idempotent
+        assert made.stdout == again.stdout
+    finally:
+        with psycopg.connect(postgres_required, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_status_of_an_unreachable_database_exits_1() -> None:
+    """A database that cannot be reached: exit status 1 and PostgreSQL's words."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    shown = cli("status", "--postgres", f"hostaddr=127.0.0.1 port={port}", "job")
+    assert 1 == shown.returncode
+    assert shown.stderr.startswith("python -m sched_exclusive status: PostgreSQL failed")

@@ -70,6 +70,7 @@ __all__ = [
     "PostgresBackend",
     "PostgresStatus",
     "init_table",
+    "pool_for",
     "read_status",
 ]
 
@@ -408,6 +409,11 @@ _STATE_LOCK = threading.Lock()
 _POOLS: dict[tuple[str, float, float], _Pool] = {}
 _DEADLINES: _Deadlines | None = None
 _MONITOR: _Monitor | None = None
+
+
+def pool_for(conninfo: str, connect_timeout: float = 10, statement_timeout: float = 5) -> _Pool:
+    """The pool of ``conninfo`` (for the CLI)."""
+    return _pool(conninfo, connect_timeout, statement_timeout)
 
 
 def _pool(conninfo: str, connect_timeout: float, statement_timeout: float) -> _Pool:
