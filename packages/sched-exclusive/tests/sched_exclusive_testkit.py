@@ -138,15 +138,17 @@ class PgWorld:
     field = "job"
 
     def __init__(self, dsn: str, name: str | None = None) -> None:
-        import psycopg
-
         self.dsn = dsn
         self.name = self.label = name or f"test-{uuid.uuid4().hex[:12]}"
         self.key = advisory_key(self.name)
-        self._connect = lambda: psycopg.connect(dsn, autocommit=True)
         self.conn = self._connect()
         self.exclusive().pending()  # the table exists from here on
         self._held: list[PgHeld] = []
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, autocommit=True)
 
     def exclusive(self, **kwargs: Any) -> Exclusive:
         return Exclusive.postgres(self.dsn, self.name, **kwargs)

@@ -453,8 +453,6 @@ class PostgresCoalescing(Coalescing):
     backend = "postgres"
 
 
-@pytest.mark.usefixtures("postgres_required")
-class TestCoalescingPostgres(PostgresCoalescing.TestCase):  # type: ignore[name-defined]
-    """The state machine on PostgreSQL (skipped without a server, unless required)."""
-
-    settings = settings(stateful_step_count=20)
+# The state machine on PostgreSQL (skipped without a server, unless required).
+TestCoalescingPostgres = pytest.mark.usefixtures("postgres_required")(PostgresCoalescing.TestCase)
+TestCoalescingPostgres.settings = settings(stateful_step_count=20)

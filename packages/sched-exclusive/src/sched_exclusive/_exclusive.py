@@ -526,7 +526,7 @@ async def _adrive(
     finally:
         if loop is None:
             step.close()  # as in _drive
-        elif step.gi_suspended:
+        elif typing.cast(Any, step).gi_suspended:  # suspended in a run: release off the loop
             await _off_loop(loop, step.close)
 
 

@@ -694,14 +694,14 @@ class _Monitor:
                 for lease in leases:
                     if lease not in due:
                         due[lease] = now + SESSION_CHECK_INTERVAL
-                        fd = lease._session.fileno()
+                        lease_fd = lease._session.fileno()
                         try:
-                            if fd is None:
+                            if lease_fd is None:
                                 raise ValueError("closed")
-                            if fd in watched:
-                                selector.unregister(fd)
-                            selector.register(fd, selectors.EVENT_READ)
-                            watched[fd] = lease
+                            if lease_fd in watched:
+                                selector.unregister(lease_fd)
+                            selector.register(lease_fd, selectors.EVENT_READ)
+                            watched[lease_fd] = lease
                         except (OSError, ValueError, KeyError):
                             due[lease] = now  # check it at once
                 timeout = max(min(due.values(), default=math.inf) - now, 0.0)
