@@ -44,12 +44,10 @@ import logging
 import math
 import os
 import select
-import selectors
 import socket
 import threading
 import time
 import typing
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -91,6 +89,8 @@ KEEPALIVES = {
 }
 #: Idle sessions the pool keeps per connection string.
 _MAX_IDLE = 4
+#: Seconds an idle session may rest before it is looked at before a loan.
+_LOOK_AFTER = 1.0
 #: The advisory key that serializes concurrent table creation.
 _SETUP_KEY = advisory_key("sched-exclusive table setup")
 
@@ -218,13 +218,14 @@ class _Deadlines:
 class _Session:
     """One connection, lent to one user at a time."""
 
-    __slots__ = ("aborted", "conn", "owner", "server_pid")
+    __slots__ = ("aborted", "conn", "idle_since", "owner", "server_pid")
 
     def __init__(self, conn: psycopg.Connection[Any], server_pid: int) -> None:
         self.conn = conn
         self.server_pid = server_pid
         self.owner = os.getpid()
         self.aborted = False
+        self.idle_since = 0.0
 
     def fileno(self) -> int | None:
         """The socket's descriptor, or ``None`` once the connection is closed."""
@@ -296,7 +297,9 @@ class _Pool:
                 session = self._idle.pop() if self._idle else None
             if session is None:
                 return self._open_session()
-            if session.usable(look=True):
+            # A session idle for a while may have been ended by the server
+            # meanwhile; one lent back a moment ago is as good as it was.
+            if session.usable(look=time.monotonic() - session.idle_since > _LOOK_AFTER):
                 return session
             self.discard(session)
 
@@ -305,6 +308,7 @@ class _Pool:
             _abandon(session)
             return
         if session.usable():
+            session.idle_since = time.monotonic()
             with self._lock:
                 if len(self._idle) < _MAX_IDLE:
                     self._idle.append(session)
@@ -528,12 +532,14 @@ class PgLease:
         "_lost_reason",
         "_reported",
         "_session",
+        "_thread",
         "lost_event",
     )
 
     def __init__(self, backend: PostgresBackend, session: _Session) -> None:
         self._backend = backend
         self._session = session
+        self._thread = threading.get_ident()
         self._done = False
         self._reported = False
         self._lost_reason: str | None = None
@@ -598,6 +604,7 @@ class PgLease:
         self._done = True
         session = self._session
         _monitor().unwatch(self)
+        self._backend.forget(self)
         pool = self._backend.pool
         if session.owner != os.getpid():
             _abandon(session)  # a forked process: the lock stays its owner's
@@ -635,98 +642,124 @@ class PgLease:
             self._done = True
             with suppress(Exception):
                 _monitor().unwatch(self)
+                self._backend.forget(self)
                 self._session.close()
 
 
 class _Monitor:
-    """Watches the sessions of held leases: their sockets, and a check at an interval.
+    """Watches the sessions of held leases: their sockets closing, and a periodic check.
 
-    One thread per process, started when the first lease is watched; it
-    sleeps while nothing is held. A readable socket (the server's goodbye)
-    or a due check makes it check that lease's session.
+    One thread per process, started with the first lease. On Linux each held
+    session's socket is registered for hang-up only (``EPOLLRDHUP``), by the
+    holder itself, so the server's goodbye (``pg_terminate_backend``, a
+    restart, a reset) wakes the thread at once while answers to the rules'
+    own statements never do. Every :data:`SESSION_CHECK_INTERVAL` seconds the
+    thread checks each held session with a statement, which also catches a
+    silent network under the deadline. It sleeps for good once nothing has
+    been held for two intervals.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._leases: weakref.WeakSet[PgLease] = weakref.WeakSet()
+        self._leases: dict[int, PgLease] = {}  # socket descriptor -> lease
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._epoll = select.epoll() if hasattr(select, "epoll") else None
+        self._hangup = getattr(select, "EPOLLRDHUP", 0) | getattr(select, "EPOLLHUP", 0)
+        self._idle = True  # the thread sleeps without a timeout
         self._thread: threading.Thread | None = None
 
     def watch(self, lease: PgLease) -> None:
+        fd = lease._session.fileno()
+        if fd is None:
+            return
         with self._lock:
-            self._leases.add(lease)
+            self._leases[fd] = lease
+            wake = self._idle
+            self._idle = False
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="sched-exclusive-monitor", daemon=True
                 )
                 self._thread.start()
-        with suppress(BlockingIOError):
-            os.write(self._wake_w, b"\0")
+        if self._epoll is not None:
+            with suppress(OSError):
+                self._epoll.register(fd, self._hangup)
+        if wake:
+            with suppress(BlockingIOError):
+                os.write(self._wake_w, b"\0")
 
     def unwatch(self, lease: PgLease) -> None:
+        fd = lease._session.fileno()
         with self._lock:
-            self._leases.discard(lease)
+            if fd is None or self._leases.get(fd) is not lease:
+                return
+            del self._leases[fd]
+        if self._epoll is not None:
+            with suppress(OSError):
+                self._epoll.unregister(fd)
 
     def forget(self) -> None:
-        """Close this process's copy of the parent's wake pipe (after a fork)."""
+        """Close this process's copy of the parent's descriptors (after a fork)."""
         for fd in (self._wake_r, self._wake_w):
             with suppress(OSError):
                 os.close(fd)
+        if self._epoll is not None:
+            with suppress(OSError):
+                self._epoll.close()
+
+    def _wait(self, timeout: float | None) -> list[int]:
+        """The descriptors that woke the thread (the wake pipe drained)."""
+        if self._epoll is not None:
+            if timeout is None:
+                self._epoll.register(self._wake_r, select.EPOLLIN)
+            try:
+                ready = [fd for fd, _ in self._epoll.poll(-1 if timeout is None else timeout)]
+            finally:
+                if timeout is None:
+                    with suppress(OSError):
+                        self._epoll.unregister(self._wake_r)
+        else:
+            ready, _, _ = select.select([self._wake_r], [], [], timeout)
+        if self._wake_r in ready:
+            with suppress(BlockingIOError):
+                os.read(self._wake_r, 4096)
+        return [fd for fd in ready if fd != self._wake_r]
 
     def _run(self) -> None:
-        due: dict[PgLease, float] = {}
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            watched: dict[int, PgLease] = {}
-            while True:
-                with self._lock:
-                    leases = list(self._leases)
-                now = time.monotonic()
-                for fd in [fd for fd, lease in watched.items() if lease not in leases]:
-                    with suppress(KeyError, ValueError, OSError):
-                        selector.unregister(fd)
-                    del watched[fd]
-                for lease in list(due):
-                    if lease not in leases:
-                        del due[lease]
-                for lease in leases:
-                    if lease not in due:
-                        due[lease] = now + SESSION_CHECK_INTERVAL
-                        lease_fd = lease._session.fileno()
-                        try:
-                            if lease_fd is None:
-                                raise ValueError("closed")
-                            if lease_fd in watched:
-                                selector.unregister(lease_fd)
-                            selector.register(lease_fd, selectors.EVENT_READ)
-                            watched[lease_fd] = lease
-                        except (OSError, ValueError, KeyError):
-                            due[lease] = now  # check it at once
-                timeout = max(min(due.values(), default=math.inf) - now, 0.0)
-                events = selector.select(None if timeout == math.inf else timeout)
-                check: set[PgLease] = set()
-                for key, _ in events:
-                    if key.fd == self._wake_r:
-                        with suppress(BlockingIOError):
-                            os.read(self._wake_r, 4096)
-                    elif key.fd in watched:
-                        check.add(watched[key.fd])
-                now = time.monotonic()
-                check.update(lease for lease, at in due.items() if at <= now)
-                for lease in check:
-                    with self._lock:
-                        held = lease in self._leases
-                    if not held:
-                        continue
-                    try:
-                        lease.check()
-                    except Exception as exc:  # the monitor must outlive any surprise
-                        lease.lose(f"the session check failed: {exc!r}")
-                    due[lease] = time.monotonic() + SESSION_CHECK_INTERVAL
-                    if lease._lost_reason is not None:
-                        self.unwatch(lease)
+        quiet_since: float | None = None
+        next_check = time.monotonic() + SESSION_CHECK_INTERVAL
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                held = bool(self._leases)
+                if held:
+                    quiet_since = None
+                elif quiet_since is None:
+                    quiet_since = now
+                linger = quiet_since is not None and now - quiet_since > 2 * SESSION_CHECK_INTERVAL
+                self._idle = linger
+            if linger:
+                hung_up = self._wait(None)  # nothing held for a while: sleep until a watch
+                next_check = time.monotonic() + SESSION_CHECK_INTERVAL
+            else:
+                hung_up = self._wait(max(next_check - now, 0.0))
+            with self._lock:
+                leases = dict(self._leases)
+            due = time.monotonic() >= next_check
+            if due:
+                next_check = time.monotonic() + SESSION_CHECK_INTERVAL
+            for fd, lease in leases.items():
+                if not (due or fd in hung_up):
+                    continue
+                try:
+                    lease.check()
+                except Exception as exc:  # the monitor must outlive any surprise
+                    lease.lose(f"the session check failed: {exc!r}")
+                if lease._lost_reason is not None and self._epoll is not None:
+                    with suppress(OSError):  # level-triggered: stop the hang-up repeating
+                        self._epoll.unregister(fd)
 
 
 @typing.final
@@ -748,6 +781,15 @@ class PostgresBackend:
         self.settings = self.pool.settings
         self._logger = logger
         self._row_ready = False
+        # The lease each thread holds: its counter statements go on the lease's
+        # session (as a hand-written loop would), never its lock statements.
+        self._held: dict[int, PgLease] = {}
+
+    def forget(self, lease: PgLease) -> None:
+        """``lease`` is released: its session is no longer this thread's."""
+        if self._held.get(lease._thread) is lease:
+            with suppress(KeyError):
+                del self._held[lease._thread]
 
     def report_loss(self, reason: str) -> None:
         """Log that a held session was lost (from whichever thread noticed)."""
@@ -760,6 +802,10 @@ class PostgresBackend:
 
     @contextmanager
     def _session(self) -> Iterator[_Session]:
+        lease = self._held.get(threading.get_ident())
+        if lease is not None and lease._lost_reason is None and not lease._done:
+            yield lease._session  # the lease keeps it; a failure shows at its next check
+            return
         session = self.pool.take()
         try:
             yield session
@@ -828,6 +874,7 @@ class PostgresBackend:
                 self.pool.give(session)
                 return None
             lease = PgLease(self, session)
+            self._held.setdefault(lease._thread, lease)
             _monitor().watch(lease)
             return lease
         return None  # pragma: no cover - the loop returns or raises
