@@ -607,3 +607,33 @@ def test_status_of_an_unreachable_database_exits_1() -> None:
     shown = cli("status", "--postgres", f"hostaddr=127.0.0.1 port={port}", "job")
     assert 1 == shown.returncode
     assert shown.stderr.startswith("python -m sched_exclusive status: PostgreSQL failed")
+
+
+#: The docs' example of a replicated job (absent where the suite runs from a wheel).
+REPLICA = Path(__file__).resolve().parents[3] / "docs" / "examples" / "replica.py"
+
+
+def test_the_docs_replica_example_runs_and_queues(pg: PgWorld) -> None:
+    """The "Across machines" page's example: a poll runs the cycle when the lock is free,
+    and queues behind another replica's cycle when it is not."""
+    if not REPLICA.exists():
+        pytest.skip("the docs are not beside this suite")
+    env = {**os.environ, "JOB_POSTGRES": pg.dsn, "JOB_NAME": pg.name}
+
+    def poll() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(REPLICA)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+            check=False,
+        )
+
+    ran = poll()
+    assert (0, "published: 42 rows\npoll: ran\n") == (ran.returncode, ran.stdout), ran.stderr
+    other = pg.hold()  # another replica's cycle
+    queued = poll()
+    assert (0, "poll: queued\n") == (queued.returncode, queued.stdout), queued.stderr
+    other.unlock()
+    assert 1 == pg.counter()

@@ -83,14 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _init_postgres(conninfo: str) -> int:
-    from ._postgres import TABLE, init_table, pool_for
+    from ._postgres import init_table, pool_for
 
     try:
         where = init_table(pool_for(conninfo))
     except OSError as exc:
         print(f"{PROG} init-postgres: {exc}", file=sys.stderr)
         return 1
-    print(f"{where} is ready; grant SELECT, INSERT, UPDATE ON {TABLE} to the role the jobs use")
+    print(f"{where} is ready (grant SELECT, INSERT, UPDATE on it to the jobs' role)")
     return 0
 
 
