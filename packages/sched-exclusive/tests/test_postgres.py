@@ -523,18 +523,6 @@ def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> N
         assert "session mode" in str(caught.value)
 
 
-def test_the_import_loads_no_driver() -> None:
-    """``import sched_exclusive`` loads neither psycopg nor anything the backend needs."""
-    code = (
-        "import sys, sched_exclusive; "
-        "print(sorted(m for m in ('psycopg', 'asyncio', 'hashlib', 'socket', 'selectors', "
-        "'concurrent.futures', 'sched_exclusive._postgres', 'sched_exclusive._durations') "
-        "if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, check=True)
-    assert b"[]\n" == out.stdout
-
-
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sched_exclusive", *args],

@@ -24,7 +24,7 @@ def advisory_key(name: str) -> int:
         name: the job's name.
 
     Returns:
-        The key, between -2**63 and 2**63 - 1.
+        The key, a signed 64-bit integer (``-2**63`` to ``2**63 - 1``).
 
     .. versionadded:: 0.2.0
     """
