@@ -113,7 +113,7 @@ def floor_run(ex: Exclusive) -> Op:
     execute = conn.execute
 
     def op() -> None:
-        won, _ = execute(pg._ACQUIRE, acquire).fetchone()  # type: ignore[misc]
+        won, _ = execute(pg._ACQUIRE, acquire).fetchone()
         assert won
         execute(pg._CHANGES["clear"], clear).fetchone()
         noop()

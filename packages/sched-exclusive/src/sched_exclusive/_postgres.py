@@ -48,8 +48,7 @@ import socket
 import threading
 import time
 import typing
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
@@ -431,6 +430,9 @@ def _pool(conninfo: str, connect_timeout: float, statement_timeout: float) -> _P
 
 def _deadlines() -> _Deadlines:
     global _DEADLINES
+    deadlines = _DEADLINES
+    if deadlines is not None:
+        return deadlines
     with _STATE_LOCK:
         if _DEADLINES is None:
             _DEADLINES = _Deadlines()
@@ -439,6 +441,9 @@ def _deadlines() -> _Deadlines:
 
 def _monitor() -> _Monitor:
     global _MONITOR
+    monitor = _MONITOR
+    if monitor is not None:
+        return monitor
     with _STATE_LOCK:
         if _MONITOR is None:
             _MONITOR = _Monitor()
@@ -800,19 +805,28 @@ class PostgresBackend:
                 extra={"job": self.name, "error": reason},
             )
 
-    @contextmanager
-    def _session(self) -> Iterator[_Session]:
+    def _on_session(self, query: str, params: Any, doing: str) -> tuple[Any, ...]:
+        """Run a counter statement on this thread's held session, or a pooled one."""
         lease = self._held.get(threading.get_ident())
         if lease is not None and lease._lost_reason is None and not lease._done:
-            yield lease._session  # the lease keeps it; a failure shows at its next check
-            return
+            # The lease keeps its session; a failure shows at its next check.
+            return self._counter_statement(lease._session, query, params, doing)
         session = self.pool.take()
         try:
-            yield session
+            row = self._counter_statement(session, query, params, doing)
         except BaseException:
             self.pool.discard(session)
             raise
         self.pool.give(session)
+        return row
+
+    def _counter_statement(
+        self, session: _Session, query: str, params: Any, doing: str
+    ) -> tuple[Any, ...]:
+        if not self._row_ready:
+            _execute_write(session, self.settings, _ENSURE_ROW, (self.name,))
+            self._row_ready = True
+        return _execute(session, self.settings, query, params, doing)
 
     def _run(self, query: str, params: Any, doing: str) -> tuple[Any, ...] | None:
         """One counter statement on a pooled session; ``None`` when the row is missing.
@@ -821,11 +835,7 @@ class PostgresBackend:
         """
         for attempt in (1, 2):
             try:
-                with self._session() as session:
-                    if not self._row_ready:
-                        _execute_write(session, self.settings, _ENSURE_ROW, (self.name,))
-                        self._row_ready = True
-                    return _execute(session, self.settings, query, params, doing)
+                return self._on_session(query, params, doing)
             except OSError as exc:
                 if exc.errno == errno.ENODATA and attempt == 1:
                     self._row_ready = False  # the row was deleted: put it back
