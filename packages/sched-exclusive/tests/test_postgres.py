@@ -396,6 +396,7 @@ def test_a_refused_connection_is_a_coordination_error() -> None:
         ("connect_timeout", 1, ValueError),
         ("statement_timeout", 0, ValueError),
         ("statement_timeout", float("nan"), ValueError),
+        ("conninfo", "host='unterminated", ValueError),
     ],
 )
 def test_bad_arguments_are_refused(argument: str, value: object, error: type[Exception]) -> None:

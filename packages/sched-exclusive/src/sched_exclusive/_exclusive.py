@@ -45,9 +45,8 @@ def lock_lost() -> threading.Event:
             publish()
 
     With :meth:`Exclusive.postgres` the holder watches its session while the
-    job runs (the socket closing, and a check every
-    ``SESSION_CHECK_INTERVAL`` seconds) and sets the event when the session,
-    and the lock with it, is gone; the call then starts no rerun and reports
+    job runs (the socket closing, and a check every 2 seconds) and sets the
+    event when the session, and the lock with it, is gone; the call then starts no rerun and reports
     the loss. A flock(2) lock cannot be lost while its holder lives, so with
     a directory the event is never set. Pass the event itself to threads the
     job starts: they do not see the job's context.
@@ -233,8 +232,9 @@ class Exclusive:
             ModuleNotFoundError: psycopg is not installed (install the
                 ``postgres`` extra).
             TypeError: an argument of the wrong type.
-            ValueError: an empty ``name`` or one with NUL, or a timeout that
-                is not positive (or a ``connect_timeout`` under 2 s).
+            ValueError: an empty ``name`` or one with NUL, a ``conninfo``
+                libpq cannot parse, or a timeout that is not positive (or a
+                ``connect_timeout`` under 2 s).
 
         .. versionadded:: 0.2.0
         """

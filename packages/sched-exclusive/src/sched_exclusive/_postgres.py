@@ -387,7 +387,10 @@ class _Settings:
         self.conninfo = conninfo
         self.statement_timeout = statement_timeout
         self.deadline = statement_timeout + ANSWER_GRACE
-        given = conninfo_to_dict(conninfo)
+        try:
+            given = conninfo_to_dict(conninfo)
+        except psycopg.Error as exc:
+            raise ValueError(f"conninfo is not a libpq connection string: {exc}") from None
         kwargs: dict[str, Any] = {"connect_timeout": str(max(2, math.ceil(connect_timeout)))}
         for key, value in KEEPALIVES.items():
             if key not in given:
@@ -648,7 +651,7 @@ class PgLease:
             with suppress(Exception):
                 _monitor().unwatch(self)
                 self._backend.forget(self)
-                self._session.close()
+                self._backend.pool.discard(self._session)  # closing releases the lock
 
 
 class _Monitor:
