@@ -222,7 +222,7 @@ class _Session:
     def __init__(self, conn: psycopg.Connection[Any], server_pid: int) -> None:
         self.conn = conn
         self.server_pid = server_pid
-        self.owner = os.getpid()
+        self.owner = _PID
         self.aborted = False
         self.idle_since = 0.0
 
@@ -259,13 +259,15 @@ class _Session:
 
     def close(self) -> None:
         """Close it: the server ends the session, and any lock it held."""
-        if self.owner != os.getpid():
+        if self.owner != _PID:
             _abandon(self)
             return
         with suppress(Exception):
             self.conn.close()
 
 
+#: Guards the making of a lease's event against its being set meanwhile.
+_EVENT_LOCK = threading.Lock()
 #: Sessions a forked process inherited: kept referenced, never used or closed
 #: through libpq (that would end the parent's session).
 _ABANDONED: list[_Session] = []
@@ -303,10 +305,10 @@ class _Pool:
             self.discard(session)
 
     def give(self, session: _Session) -> None:
-        if session.owner != os.getpid():
+        if session.owner != _PID:
             _abandon(session)
             return
-        if session.usable():
+        if not (session.aborted or session.conn.closed):
             session.idle_since = time.monotonic()
             with self._lock:
                 if len(self._idle) < _MAX_IDLE:
@@ -412,6 +414,8 @@ class _Settings:
 
 
 _STATE_LOCK = threading.Lock()
+#: This process's id (kept current across forks by the hook below).
+_PID = os.getpid()
 _POOLS: dict[tuple[str, float, float], _Pool] = {}
 _DEADLINES: _Deadlines | None = None
 _MONITOR: _Monitor | None = None
@@ -455,8 +459,9 @@ def _monitor() -> _Monitor:
 
 def _after_fork_in_child() -> None:
     """A forked process starts afresh: the parent's sessions, threads and locks are not its."""
-    global _STATE_LOCK, _DEADLINES, _MONITOR
+    global _STATE_LOCK, _DEADLINES, _MONITOR, _PID
     _STATE_LOCK = threading.Lock()
+    _PID = os.getpid()
     for pool in _POOLS.values():
         for session in pool._idle:
             _abandon(session)
@@ -505,7 +510,7 @@ def _execute(
         OSError: the statement failed, timed out, or returned no row
             (``errno.ENODATA``).
     """
-    deadlines = _deadlines()
+    deadlines = _DEADLINES or _deadlines()
     token = deadlines.arm(session, settings.deadline)
     try:
         row = session.conn.execute(query, params, prepare=prepare).fetchone()
@@ -537,11 +542,11 @@ class PgLease:
         "__weakref__",
         "_backend",
         "_done",
+        "_event",
         "_lost_reason",
         "_reported",
         "_session",
         "_thread",
-        "lost_event",
     )
 
     def __init__(self, backend: PostgresBackend, session: _Session) -> None:
@@ -551,8 +556,17 @@ class PgLease:
         self._done = False
         self._reported = False
         self._lost_reason: str | None = None
-        #: Set when the session, and the lock with it, is lost.
-        self.lost_event = threading.Event()
+        self._event: threading.Event | None = None  # made when first asked for
+
+    @property
+    def lost_event(self) -> threading.Event:
+        """Set when the session, and the lock with it, is lost."""
+        with _EVENT_LOCK:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._lost_reason is not None:
+                    self._event.set()
+            return self._event
 
     @property
     def locked(self) -> bool:
@@ -593,9 +607,12 @@ class PgLease:
         """Mark the lock lost: end the session (so that no lock outlives it) and say so."""
         if self._lost_reason is not None or self._done:
             return
-        self._lost_reason = reason
+        with _EVENT_LOCK:
+            self._lost_reason = reason
+            event = self._event
         self._session.abort()
-        self.lost_event.set()
+        if event is not None:
+            event.set()
         self._backend.report_loss(reason)
 
     def unlock(self) -> None:
@@ -614,7 +631,7 @@ class PgLease:
         _monitor().unwatch(self)
         self._backend.forget(self)
         pool = self._backend.pool
-        if session.owner != os.getpid():
+        if session.owner != _PID:
             _abandon(session)  # a forked process: the lock stays its owner's
             return
         if self._lost_reason is not None:
@@ -858,7 +875,7 @@ class PostgresBackend:
                 "pid": session.server_pid,
                 "key": self.key,
                 "host": _HOST,
-                "client_pid": os.getpid(),
+                "client_pid": _PID,
                 "name": self.name,
             }
             try:
