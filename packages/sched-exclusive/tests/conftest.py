@@ -15,6 +15,7 @@ import pytest
 from sched_exclusive_testkit import (
     POSTGRES_DSN,
     POSTGRES_REQUIRED,
+    Child,
     FlockWorld,
     PgWorld,
     World,
@@ -47,3 +48,12 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
 def postgres_required() -> str:
     """Skip (or fail, where required) a test that needs PostgreSQL when none is given."""
     return postgres_dsn()
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    """Child processes a test starts; each is reaped (killed if need be) afterwards."""
+    spawned: list[Child] = []
+    yield spawned
+    for child in spawned:
+        child.reap()

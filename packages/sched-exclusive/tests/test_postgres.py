@@ -51,14 +51,6 @@ def pg(postgres_required: str) -> Iterator[PgWorld]:
         close_postgres_sessions()
 
 
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    spawned: list[Child] = []
-    yield spawned
-    for child in spawned:
-        child.reap()
-
-
 def holder_backend(world: PgWorld) -> int | None:
     """The server pid holding ``world``'s advisory lock, from ``pg_locks``."""
     key = advisory_key(world.name)
