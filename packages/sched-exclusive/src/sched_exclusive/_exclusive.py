@@ -102,6 +102,8 @@ class Exclusive:
     with the lock already released.
 
     An instance holds no state between calls and may be shared by threads.
+    :meth:`postgres` makes one that coordinates machines through PostgreSQL
+    instead of a directory, with the same rules.
 
     Args:
         dir: the directory holding the two files; it must exist. Place it
