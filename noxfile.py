@@ -221,6 +221,69 @@ def integration(session: nox.Session) -> None:
     _pytest(session, str(INTEGRATION), packages=PACKAGES, slow=True)
 
 
+def _postgres_tool(name: str) -> str | None:
+    """A PostgreSQL server program: on PATH, else the newest in Debian's versioned folders."""
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: Version(p.parent.name) if p.parent.name[0].isdigit() else Version("0"),
+    )
+    for folder in reversed(folders):
+        if (folder / name).exists():
+            return str(folder / name)
+    return None
+
+
+@nox.session(python=HOST_PYTHON)
+def postgres(session: nox.Session) -> None:
+    """sched-exclusive's PostgreSQL backend against a throw-away cluster, stopped whatever happens.
+
+    The cluster lives in a temporary directory (initdb as the ``postgres``
+    user when run as root, as CI does), listens on a unix socket there only,
+    with fsync off. Without a PostgreSQL installation the session says so and
+    skips; under CI that is an error.
+    """
+    initdb, pg_ctl = _postgres_tool("initdb"), _postgres_tool("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        message = "PostgreSQL is not installed (no initdb/pg_ctl; apt install postgresql)"
+        if IN_CI:
+            session.error(message)
+        session.skip(message)
+    _install(session, ["sched_exclusive"])
+    as_owner: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="sched-pg-") as tmp:
+        if os.geteuid() == 0:  # initdb and the server refuse to run as root
+            shutil.chown(tmp, "postgres")
+            as_owner = ["runuser", "-u", "postgres", "--"]
+        data, log = f"{tmp}/data", f"{tmp}/server.log"
+        session.run(
+            *as_owner, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync",
+            "-E", "UTF8", external=True, silent=True,
+        )  # fmt: skip
+        options = f"-c listen_addresses='' -k {tmp} -c fsync=off -c full_page_writes=off"
+        session.run(
+            *as_owner, pg_ctl, "-D", data, "-l", log, "-o", options, "-w", "start", external=True
+        )
+        try:
+            session.env["SCHED_TEST_POSTGRES"] = f"host={tmp} user=postgres dbname=postgres"
+            session.env["SCHED_TEST_POSTGRES_REQUIRED"] = "1"
+            _pytest(
+                session,
+                str(PACKAGES["sched_exclusive"] / "tests"),
+                "-k",
+                "postgres or Postgres",
+                packages=["sched_exclusive"],
+                slow=True,
+            )
+        finally:
+            session.run(
+                *as_owner, pg_ctl, "-D", data, "-m", "immediate", "stop", external=True,
+                success_codes=[0, 1],
+            )  # fmt: skip
+
+
 @nox.session(python=HOST_PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole tree; actionlint over the workflows."""
@@ -370,7 +433,7 @@ def release(session: nox.Session) -> None:
 
 def _default_sessions() -> list[str]:
     """The default list: every session whose inputs exist. ``bench`` is never in it."""
-    sessions = ["lint", "typecheck", "tests", "build", "tools"]
+    sessions = ["lint", "typecheck", "tests", "postgres", "build", "tools"]
     if INTEGRATION.exists() and any(INTEGRATION.glob("test_*.py")):
         sessions.append("integration")
     if (DOCS / "conf.py").exists():

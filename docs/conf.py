@@ -117,6 +117,7 @@ sched_packages = sorted(PACKAGES.values())
 sched_signature_types = {
     "sched_interval": ["Duration", "DurationLike", "Bounds"],
     "sched_cmd": ["Duration", "Command", "Input", "T"],
+    "sched_exclusive": ["Duration"],
     "sched_trigger": ["Duration", "P"],
 }
 autodoc_default_options = {

@@ -1,11 +1,16 @@
 """Helpers shared by sched-exclusive's tests.
 
-* :class:`Hooked` wraps the real flock backend (real files throughout) and
-  runs one-shot callbacks at the step boundaries the coalescing rules care
-  about: after a lock probe, before and after a release. That is how a test
-  places "another process" exactly in a race window, in one process: another
-  holder is a second open of the lock file (:func:`sched_lock.try_lock`),
-  another requester is a second :class:`Exclusive` on the same directory.
+* A *world* is one backend's real coordination, as the tests see it: a
+  directory (:class:`FlockWorld`) or a job name in a real PostgreSQL database
+  (:class:`PgWorld`). It makes coordinators, takes the lock as another
+  holder would (a second open of ``cycle.lock``; another session's advisory
+  lock), and reads and writes the counter behind the library's back. The
+  ``world`` fixture (``conftest.py``) runs a test once per backend.
+* :class:`Hooked` wraps a coordinator's real backend and runs one-shot
+  callbacks at the step boundaries the coalescing rules care about: after a
+  lock probe, before and after a release. That is how a test places "another
+  process" exactly in a race window, in one process: another holder is the
+  world's second lock, another requester a second coordinator.
 * :class:`Child` is a Python child process spoken to line by line.
 * :class:`Interrupter` raises a KeyboardInterrupt at the n-th point inside the
   library where a signal handler could raise one, to prove that none of them
@@ -20,14 +25,184 @@ import select
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import CodeType, FrameType, FunctionType, ModuleType
-from typing import Any, final
+from typing import Any, Protocol, final
 
-from sched_exclusive import Exclusive
-from sched_exclusive._backend import Lease
-from sched_exclusive._files import FileBackend
+from sched_exclusive import Exclusive, advisory_key
+from sched_exclusive._backend import Backend, Change, Lease
+from sched_exclusive._files import parse_count
+from sched_lock import try_lock
+
+#: A libpq connection string to a database the tests may use, or unset.
+POSTGRES_DSN = os.environ.get("SCHED_TEST_POSTGRES", "")
+#: Set (by ``nox -s postgres`` and CI) when a missing server must fail, not skip.
+POSTGRES_REQUIRED = os.environ.get("SCHED_TEST_POSTGRES_REQUIRED") == "1"
+
+
+class Held(Protocol):
+    """Another holder's lock."""
+
+    def unlock(self) -> None: ...
+
+
+class World(Protocol):
+    """One backend's real coordination, as a test sees it."""
+
+    #: ``"flock"`` or ``"postgres"``.
+    kind: str
+    #: The ``extra`` field every coalescing line carries, and its value.
+    field: str
+    label: str
+
+    def exclusive(self, **kwargs: Any) -> Exclusive: ...
+    def try_hold(self) -> Held | None: ...
+    def hold(self) -> Held: ...
+    def lock_is_free(self) -> bool: ...
+    def counter(self) -> int: ...
+    def set_counter(self, count: int) -> None: ...
+    def write_raw(self, content: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
+@final
+class FlockWorld:
+    """A directory: the lock file and the counter file."""
+
+    kind = "flock"
+    field = "dir"
+
+    def __init__(self, directory: str) -> None:
+        self.dir = self.label = directory
+        self._held: list[Held] = []  # referenced: a collected Lock releases itself
+
+    def exclusive(self, **kwargs: Any) -> Exclusive:
+        return Exclusive(self.dir, **kwargs)
+
+    def try_hold(self) -> Held | None:
+        lock = try_lock(Path(self.dir, "cycle.lock"))
+        if lock is not None:
+            self._held.append(lock)
+        return lock
+
+    def hold(self) -> Held:
+        held = self.try_hold()
+        assert held is not None, "the cycle lock is busy"
+        return held
+
+    def lock_is_free(self) -> bool:
+        lock = try_lock(Path(self.dir, "cycle.lock"))
+        if lock is None:
+            return False
+        lock.unlock()
+        return True
+
+    def counter(self) -> int:
+        return parse_count(read_counter_file(self.dir))
+
+    def set_counter(self, count: int) -> None:
+        Path(self.dir, "cycle.queued").write_bytes(b"%d\n" % count)
+
+    def write_raw(self, content: bytes) -> None:
+        Path(self.dir, "cycle.queued").write_bytes(content)
+
+    def close(self) -> None:
+        for held in self._held:
+            held.unlock()
+
+
+@final
+class PgHeld:
+    """Another session's advisory lock; unlocking releases it, then closes the session.
+
+    (Closing alone releases it too, but only once the server has processed the
+    goodbye, a moment later: a test that looks at once would see it held.)
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def unlock(self) -> None:
+        if not self.conn.closed:
+            self.conn.execute("SELECT pg_advisory_unlock_all()")
+            self.conn.close()
+
+
+@final
+class PgWorld:
+    """A fresh job name in a real PostgreSQL database."""
+
+    kind = "postgres"
+    field = "job"
+
+    def __init__(self, dsn: str, name: str | None = None) -> None:
+        self.dsn = dsn
+        self.name = self.label = name or f"test-{uuid.uuid4().hex[:12]}"
+        self.key = advisory_key(self.name)
+        self.conn = self._connect()
+        self.exclusive().pending()  # the table exists from here on
+        self._held: list[PgHeld] = []
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def exclusive(self, **kwargs: Any) -> Exclusive:
+        return Exclusive.postgres(self.dsn, self.name, **kwargs)
+
+    def try_hold(self) -> Held | None:
+        conn = self._connect()
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+        if not (row and row[0]):
+            conn.close()
+            return None
+        held = PgHeld(conn)
+        self._held.append(held)
+        return held
+
+    def hold(self) -> Held:
+        held = self.try_hold()
+        assert held is not None, "the cycle lock is busy"
+        return held
+
+    def lock_is_free(self) -> bool:
+        row = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+        if row and row[0]:
+            self.conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+            return True
+        return False
+
+    def counter(self) -> int:
+        row = self.conn.execute(
+            "SELECT queued FROM sched_exclusive WHERE name = %s", (self.name,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def set_counter(self, count: int) -> None:
+        self.conn.execute(
+            "INSERT INTO sched_exclusive (name, queued) VALUES (%s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET queued = EXCLUDED.queued",
+            (self.name, count),
+        )
+
+    def write_raw(self, content: bytes) -> None:
+        self.set_counter(parse_count(content))  # a row holds what the file would parse as
+
+    def close(self) -> None:
+        for held in self._held:
+            held.unlock()
+        self.conn.close()
+
+
+def close_postgres_sessions() -> None:
+    """Close the idle sessions every ``Exclusive.postgres`` of this process pooled."""
+    import sched_exclusive._postgres as postgres
+
+    postgres._close_idle_sessions()
+
 
 DEADLINE = 30.0
 """A generous upper bound for a child's answer; never the thing under test."""
@@ -66,7 +241,7 @@ class HookedLease:
 
 @final
 class Hooked:
-    """The real file backend with one-shot hooks keyed by call ordinal (from 1).
+    """A real backend with one-shot hooks keyed by call ordinal (from 1).
 
     Attributes:
         after_probe: run after the n-th ``try_acquire`` returned.
@@ -76,8 +251,8 @@ class Hooked:
             counted together) that raise this OSError.
     """
 
-    def __init__(self, directory: str) -> None:
-        self.inner = FileBackend(directory)
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
         self.probes = 0
         self.releases = 0
         self.counter_calls = 0
@@ -108,14 +283,14 @@ class Hooked:
         self._counter_call()
         return self.inner.read_counter()
 
-    def update_counter(self, fn: Callable[[int], int]) -> int:
+    def update_counter(self, fn: Change) -> int:
         self._counter_call()
         return self.inner.update_counter(fn)
 
 
 def hooked(ex: Exclusive) -> Hooked:
-    """Swap ``ex``'s backend for a :class:`Hooked` one on the same directory."""
-    backend = Hooked(ex.dir)
+    """Wrap ``ex``'s backend in a :class:`Hooked` one."""
+    backend = Hooked(ex._backend)
     ex._backend = backend
     return backend
 

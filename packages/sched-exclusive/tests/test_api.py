@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,15 @@ def test_coordination_error_without_errno() -> None:
     """An OSError without errno still converts, keeping its text."""
     error = CoordinationError.from_os_error(OSError("odd failure"), Outcome.NONE)
     assert ("odd failure", Outcome.NONE) == (str(error), error.outcome)
+
+
+def test_the_import_loads_no_driver() -> None:
+    """``import sched_exclusive`` loads neither psycopg nor anything the backend needs."""
+    code = (
+        "import sys, sched_exclusive; "
+        "print(sorted(m for m in ('psycopg', 'asyncio', 'hashlib', 'socket', 'selectors', "
+        "'concurrent.futures', 'sched_exclusive._postgres', 'sched_exclusive._durations') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, check=True)
+    assert b"[]\n" == out.stdout

@@ -1,11 +1,11 @@
 """The coalescing rules as a Hypothesis state machine, checked against a simple model.
 
-Everything is real files in one process: another holder is a second open of
-``cycle.lock`` (it may take the lock, release it without serving the queue
-— as a crashed or retiring process would — or grab it right after our
-release); other requesters are other :class:`Exclusive` instances; the
-hooked backend places them in the race windows (after our first probe,
-around each of our releases). Each request runs a scripted job: per run, a
+It runs on each backend (real files; a real PostgreSQL database), in one
+process: another holder is the world's second lock (it may take the lock,
+release it without serving the queue — as a crashed or retiring process
+would — or grab it right after our release); other requesters are other
+coordinators; the hooked backend places them in the race windows (after
+our first probe, around each of our releases). Each request runs a scripted job: per run, a
 few foreign requests, a failure, or the gate closing.
 
 The model is written from the specification, not from the implementation:
@@ -23,16 +23,23 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from sched_exclusive_testkit import hooked, read_counter_file
+from sched_exclusive_testkit import (
+    POSTGRES_DSN,
+    FlockWorld,
+    Held,
+    PgWorld,
+    World,
+    close_postgres_sessions,
+    hooked,
+)
 
-from sched_exclusive import CoordinationError, Exclusive, Outcome, RunError
+from sched_exclusive import CoordinationError, Outcome, RunError
 from sched_exclusive._files import parse_count
-from sched_lock import Lock, try_lock
 
 MAX_RERUNS = 8
 
@@ -270,11 +277,20 @@ class Collect(logging.Handler):
 class Coalescing(RuleBasedStateMachine):
     """Requests, other holders, gate flips and counter writes, in any order."""
 
+    #: Which backend the machine runs on (each TestCase below sets it).
+    backend = "flock"
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="sched-exclusive-model-")
+        self.dir = ""
+        self.world: World
+        if self.backend == "flock":
+            self.dir = tempfile.mkdtemp(prefix="sched-exclusive-model-")
+            self.world = FlockWorld(self.dir)
+        else:
+            self.world = PgWorld(POSTGRES_DSN)
         self.model: Model | None = None
-        self.other: Lock | None = None
+        self.other: Held | None = None
         self.gate = True
         self.logger = logging.getLogger(f"sched_exclusive.model.{id(self)}")
         self.logger.propagate = False
@@ -288,7 +304,11 @@ class Coalescing(RuleBasedStateMachine):
         if self.other is not None:
             self.other.unlock()
         self.logger.handlers.clear()
-        shutil.rmtree(self.dir)
+        self.world.close()
+        if self.dir:
+            shutil.rmtree(self.dir)
+        else:
+            close_postgres_sessions()
 
     @property
     def m(self) -> Model:
@@ -304,8 +324,7 @@ class Coalescing(RuleBasedStateMachine):
     @precondition(lambda self: self.model is not None and self.other is None)
     @rule()
     def other_takes_the_lock(self) -> None:
-        self.other = try_lock(Path(self.dir, "cycle.lock"))
-        assert self.other is not None
+        self.other = self.world.hold()
         self.m.other_holds = True
 
     @precondition(lambda self: self.model is not None and self.other is not None)
@@ -324,7 +343,7 @@ class Coalescing(RuleBasedStateMachine):
     @precondition(lambda self: self.model is not None)
     @rule(content=st.sampled_from([b"", b"0\n", b"1\n", b"2\n", b"5\n", b"-1\n", b"x\n", b"1"]))
     def write_counter(self, content: bytes) -> None:
-        Path(self.dir, "cycle.queued").write_bytes(content)
+        self.world.write_raw(content)
         self.m.counter = parse_count(content)
 
     @precondition(lambda self: self.model is not None)
@@ -339,23 +358,22 @@ class Coalescing(RuleBasedStateMachine):
             script = [JobStep(foreign=(True,)) for _ in range(12)]
         expected = predict(self.m, queue, script, race)
 
-        ex = Exclusive(
-            self.dir, logger=self.logger, queue_capacity=self.capacity, gate=lambda: self.gate
+        ex = self.world.exclusive(
+            logger=self.logger, queue_capacity=self.capacity, gate=lambda: self.gate
         )
         backend = hooked(ex)
         foreign: list[Outcome] = []
         runs = 0
 
         def fire(queue_mode: bool) -> None:
-            other = Exclusive(self.dir, logger=self.quiet, queue_capacity=self.capacity)
+            other = self.world.exclusive(logger=self.quiet, queue_capacity=self.capacity)
             foreign.append(
                 other.run(lambda: None) if queue_mode else other.run_or_skip(lambda: None)
             )
 
         def steal() -> None:
             assert self.other is None
-            self.other = try_lock(Path(self.dir, "cycle.lock"))
-            assert self.other is not None
+            self.other = self.world.hold()
 
         def release_other() -> None:
             if self.other is not None:
@@ -417,15 +435,24 @@ class Coalescing(RuleBasedStateMachine):
     @invariant()
     def counter_matches(self) -> None:
         if self.model is not None:
-            assert self.m.counter == parse_count(read_counter_file(self.dir))
+            assert self.m.counter == self.world.counter()
 
     @invariant()
     def lock_is_free_unless_the_other_holds_it(self) -> None:
         if self.other is None:
-            probe = try_lock(Path(self.dir, "cycle.lock"))
-            assert probe is not None
-            probe.unlock()
+            assert self.world.lock_is_free()
 
 
 TestCoalescing = Coalescing.TestCase
 TestCoalescing.settings = settings(stateful_step_count=20)
+
+
+class PostgresCoalescing(Coalescing):
+    """The same machine over a real PostgreSQL database."""
+
+    backend = "postgres"
+
+
+# The state machine on PostgreSQL (skipped without a server, unless required).
+TestCoalescingPostgres = pytest.mark.usefixtures("postgres_required")(PostgresCoalescing.TestCase)
+TestCoalescingPostgres.settings = settings(stateful_step_count=20)

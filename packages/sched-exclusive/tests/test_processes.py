@@ -35,14 +35,6 @@ def directory(tmp_path: Path) -> str:
     return str(tmp_path)
 
 
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    spawned: list[Child] = []
-    yield spawned
-    for child in spawned:
-        child.reap()
-
-
 def test_a_request_during_another_process_run_is_served_by_it(
     directory: str, children: list[Child]
 ) -> None:

@@ -49,14 +49,6 @@ sys.exit(code)
 """
 
 
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    spawned: list[Child] = []
-    yield spawned
-    for child in spawned:
-        child.reap()
-
-
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sched_exclusive", *args],

@@ -62,7 +62,7 @@ import typing
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ._backend import Backend, Lease
+from ._backend import CLEAR, TAKE_ONE, Backend, Lease, enqueue
 from ._errors import CoordinationError, RunError
 from ._outcome import Outcome
 
@@ -72,9 +72,9 @@ __all__ = ["MAX_RERUNS", "Lines", "Step", "coalesce"]
 #: handoffs, before it retires and leaves the rest for the next acquisition.
 MAX_RERUNS = 8
 
-#: What :func:`coalesce` yields for (nothing: "run the job now"), receives
-#: (the job's exception or ``None``) and returns.
-Step = Generator[None, Exception | None, Outcome]
+#: What :func:`coalesce` yields for (the held lease: "run the job now"),
+#: receives (the job's exception or ``None``) and returns.
+Step = Generator[Lease, Exception | None, Outcome]
 
 #: Each failure of a call with the attempt it belongs to: 0 for the call's
 #: own run, n for the n-th rerun, ``None`` for the gate, the lock or the
@@ -82,14 +82,6 @@ Step = Generator[None, Exception | None, Outcome]
 Failures = list[tuple[Exception, int | None]]
 
 _getpid = os.getpid
-
-
-def _take_one(count: int) -> int:
-    return count - 1 if count > 0 else count
-
-
-def _clear(_count: int) -> int:
-    return 0
 
 
 def coalesce(
@@ -111,8 +103,8 @@ def coalesce(
         log: where the coalescing lines go.
 
     Yields:
-        Once per run to start; the driver sends back the job's exception or
-        ``None``. A ``BaseException`` that is not an ``Exception`` is thrown
+        The held lease, once per run to start; the driver sends back the
+        job's exception or ``None``. A ``BaseException`` that is not an ``Exception`` is thrown
         in instead, and propagates at once after the lock is released.
 
     Returns:
@@ -135,9 +127,7 @@ def coalesce(
                 log(logging.WARNING, "cycle lock busy; skipping tick")
                 return Outcome.SKIPPED
             try:
-                before = backend.update_counter(
-                    lambda count: count + 1 if count < capacity else count
-                )
+                before = backend.update_counter(enqueue(capacity))
             except OSError as exc:
                 raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
             if before >= capacity:
@@ -180,9 +170,9 @@ def coalesce(
             return _finish(failures, Outcome.GATED)
         try:
             if own_entry:
-                backend.update_counter(_take_one)  # our own entry: this run serves it
+                backend.update_counter(TAKE_ONE)  # our own entry: this run serves it
             else:
-                stale = backend.update_counter(_clear)
+                stale = backend.update_counter(CLEAR)
                 if stale:
                     log(
                         logging.WARNING,
@@ -196,7 +186,8 @@ def coalesce(
         reruns = 0
         attempt: int | None = 0  # of the run about to start; None: no more runs
         while attempt is not None:
-            failure = yield
+            assert held is not None  # a run starts only under the lock
+            failure = yield held
             if failure is not None:
                 failures.append((failure, attempt))
             attempt = None
@@ -262,7 +253,7 @@ def coalesce(
                     failures.append((_lost(), None))  # never rerun unguarded
                     break
                 try:
-                    had = backend.update_counter(_take_one) > 0
+                    had = backend.update_counter(TAKE_ONE) > 0
                 except OSError as exc:
                     failures.append((exc, None))
                     if not handoff:
@@ -307,7 +298,11 @@ def _release(held: Lease | None, failures: Failures) -> Lease | None:
 
 
 def _lost() -> OSError:
-    return OSError(errno.ENOLCK, "the cycle lock was lost before a rerun")
+    return OSError(
+        errno.ENOLCK,
+        "the cycle lock was lost before a rerun (its holder's session or descriptor is gone); "
+        "the queued demand stays recorded",
+    )
 
 
 def _finish(failures: Failures, outcome: Outcome) -> Outcome:

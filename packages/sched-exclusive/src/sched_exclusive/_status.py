@@ -28,7 +28,7 @@ from sched_lock import MAX_SLOT_SIZE, read_holder
 from ._files import join, parse_count
 from ._outcome import LOCK_NAME, QUEUE_NAME
 
-__all__ = ["Status", "format_seconds", "lock_holders", "read_pending", "status"]
+__all__ = ["Status", "format_rfc3339", "format_seconds", "lock_holders", "read_pending", "status"]
 
 _PROC_LOCKS = "/proc/locks"
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
