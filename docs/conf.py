@@ -237,6 +237,9 @@ def _bench_tables() -> str:
 def _fill_bench_tables(app: object, docname: str, source: list[str]) -> None:
     """Put the benchmark summary and tables into the performance page."""
     if docname == "performance":
+        # The summary's inputs are no includes: name them, so a rebuild rereads the page.
+        for path in [ROOT / "bench" / "_common.py", *(DOCS / "performance").glob("*.json")]:
+            app.env.note_dependency(str(path))  # type: ignore[attr-defined]
         text = source[0].replace(SUMMARY_MARKER, _bench_summary())
         source[0] = text.replace(BENCH_MARKER, _bench_tables())
 
