@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import resource
 import select
 import signal
@@ -42,6 +41,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+
+from _common import Report, count, divide, plural, seconds
 
 import sched_cmd
 
@@ -308,7 +309,7 @@ def wait_naive(seconds: float) -> None:
 
 WAITS: dict[str, Callable[[float], None]] = {
     "run(stop=Event)": wait_run,
-    "naive: Popen.wait(timeout=0.05) loop": wait_naive,
+    NAIVE: wait_naive,
 }
 
 
@@ -339,21 +340,10 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _table(samples: dict[str, list[float]], floor: str) -> list[str]:
-    base = statistics.median(samples[floor])
-    lines = [
-        f"Ratios are to the first row, `{floor}`.",
-        "",
-        "| variant | median | p90 | ratio to floor (median) |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, values in samples.items():
-        median = statistics.median(values)
-        lines.append(
-            f"| {name} | {median * 1e6:.0f} µs | {_quantile(values, 0.9) * 1e6:.0f} µs "
-            f"| {median / base:.2f}x |"
-        )
-    return lines
+def _comparison(out: Report, samples: dict[str, list[float]], floor: str) -> None:
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    p90 = {name: seconds(_quantile(values, 0.9)) for name, values in samples.items()}
+    out.comparison(medians, floor, extra={"p90": p90})
 
 
 def report(
@@ -361,46 +351,40 @@ def report(
     returns: dict[str, list[float]],
     wakeups: dict[str, float],
     rounds: int,
-) -> str:
-    """The Markdown tables."""
+    options: list[str],
+) -> Report:
+    """The Markdown tables and the summary rows."""
+    out = Report(
+        "sched-cmd",
+        __file__,
+        options,
+        f"{plural(rounds, 'interleaved round')} per variant; the baseline is the first row.",
+    )
     ours = statistics.median(signals[SIGNAL_OURS])
-    signal_verdict = "meets" if ours <= SIGNAL_TARGET else "misses"
-    poll_verdict = "meets" if wakeups["run(stop=Event)"] <= POLL_TARGET else "misses"
-    lines = [
-        "# sched-cmd: reacting to a stop",
-        "",
-        f"{rounds} interleaved rounds per variant. Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs.",
-        "",
-        "## `stop.set()` to SIGTERM received",
-        "",
-        "The child takes SIGTERM with `sigwait` and reports `CLOCK_MONOTONIC`. "
-        f"Target: run(stop=Event) within {SIGNAL_TARGET * 1e3:.0f} ms (median).",
-        "",
-        *_table(signals, SIGNAL_FLOOR),
-        "",
-        f"run(stop=Event) takes {ours * 1e6:.0f} µs from set() to SIGTERM: "
-        f"it {signal_verdict} the {SIGNAL_TARGET * 1e3:.0f} ms target.",
-        "",
-        "## stop to return",
-        "",
+    floor = statistics.median(signals[SIGNAL_FLOOR])
+    target = f"≤ {seconds(SIGNAL_TARGET)} (median)"
+    out.section("`stop.set()` to SIGTERM received")
+    out.text("The child takes SIGTERM with `sigwait` and reports `CLOCK_MONOTONIC`.")
+    _comparison(out, signals, SIGNAL_FLOOR)
+    out.target("run(stop=Event)", target, ours <= SIGNAL_TARGET)
+    out.summary("stop", seconds(ours), seconds(floor), divide(ours, floor), ours <= SIGNAL_TARGET)
+    out.section("Stop to return")
+    out.text(
         "Child `sh -c 'echo ready; exec sleep'` killed by SIGTERM; from the stop request "
-        "to the call returning with the child reaped.",
-        "",
-        *_table(returns, RETURN_FLOOR),
-        "",
-        "## Wake-ups while waiting",
-        "",
+        "to the call returning with the child reaped."
+    )
+    _comparison(out, returns, RETURN_FLOOR)
+    out.section("Wake-ups while waiting")
+    out.text(
         "Voluntary context switches of the whole process per second of waiting "
-        f"(a 2 s wait less a 1 s one, median). Target: {POLL_TARGET}.",
-        "",
-        "| waiter | wake-ups per second |",
-        "|---|---:|",
-        *(f"| {name} | {value:.0f} |" for name, value in wakeups.items()),
-        "",
-        f"run(stop=Event) {poll_verdict} the no-polling target.",
-    ]
-    return "\n".join(lines) + "\n"
+        "(a 2 s wait less a 1 s one, median)."
+    )
+    out.table(["variant", "wake-ups per second"], [[k, count(v)] for k, v in wakeups.items()])
+    ours_wakes, naive = wakeups["run(stop=Event)"], wakeups[NAIVE]
+    quiet = ours_wakes <= POLL_TARGET
+    out.target("run(stop=Event)", f"{POLL_TARGET} wake-ups per second", quiet)
+    out.summary("wakeups", count(ours_wakes), count(naive), divide(ours_wakes, naive), quiet)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,11 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     returns[NAIVE] = [_with_pipe(poll_50ms) for _ in range(max(5, rounds // 10))]
     repeats = 1 if args.quick else 3
     wakeups = {name: wakeups_per_second(wait, repeats) for name, wait in WAITS.items()}
-    text = report(signals, returns, wakeups, rounds)
-    print(text, end="")
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+    options = ["--quick"] if args.quick else [] if rounds == 200 else [f"--rounds {rounds}"]
+    report(signals, returns, wakeups, rounds, options).write(args.output)
     return 0
 
 

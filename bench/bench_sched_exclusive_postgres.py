@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from _common import Op, measure
+from _common import Op, Report, divide, measure, plural, seconds
 
 from sched_exclusive import Exclusive, advisory_key
 
@@ -42,6 +42,8 @@ QUIET = logging.getLogger("bench.sched_exclusive_postgres")
 QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
 NAME = "bench"
+#: ``Exclusive.postgres(...).run`` over raw psycopg, at most.
+TARGET = 1.2
 
 
 def tool(name: str) -> str | None:
@@ -182,38 +184,25 @@ def paired(ops: dict[str, Op], rounds: int, count: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def table(title: str, results: dict[str, float], floor: str, scale: float = 1.0) -> list[str]:
-    lines = [
-        f"### {title}",
-        "",
-        "| implementation | µs per call | ratio to floor |",
-        "|---|---:|---:|",
-    ]
-    for name, seconds in results.items():
-        lines.append(f"| {name} | {seconds * scale * 1e6:.1f} | {seconds / results[floor]:.2f} |")
-    return [*lines, ""]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--output", help="also write the Markdown to this file")
     args = parser.parse_args(argv)
     rounds, count = (3, 100) if args.quick else (15, 500)
-    lines = [
-        "## sched-exclusive on PostgreSQL",
-        "",
-        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; median of {rounds} rounds of "
-        f"{count} calls of each op in turn, wall-clock; the floor is raw psycopg running the same "
-        "statements on the same connection. Target: `Exclusive.postgres(...).run` within 1.2x.",
-        "",
-        "Command: `python bench/bench_sched_exclusive_postgres.py"
-        f"{' --quick' if args.quick else ''}`",
-        "",
-    ]
+    report = Report(
+        "sched-exclusive",
+        __file__,
+        ["--quick"] if args.quick else [],
+        f"Median of {rounds} rounds of {plural(count, 'call')} of each variant in turn, "
+        "wall-clock. The baseline is raw psycopg running the same statements, with the same "
+        "parameters, on the same connection.",
+        title="sched-exclusive on PostgreSQL",
+    )
+    report.section("Lock free, nothing queued: run a no-op job")
     with cluster() as dsn:
         if dsn is None:
-            lines += ["_Not measured: PostgreSQL is not installed here (no initdb)._", ""]
+            report.text("_Not measured: PostgreSQL is not installed here (no initdb)._")
         else:
             ours = Exclusive.postgres(dsn, NAME, logger=QUIET)
             ours.run(noop)  # the table, the row and the sessions exist from here on
@@ -222,29 +211,28 @@ def main(argv: list[str] | None = None) -> int:
                 dir="/dev/shm" if Path("/dev/shm").is_dir() else None
             ) as shm:
                 floor = "raw psycopg: the same 5 statements, same connection"
-                ops = {
-                    floor: floor_run(ours),
-                    "Exclusive.postgres(...).run(no-op)": ours_run(ours),
-                    f"Exclusive.postgres(...).arun(no-op), {batch} per loop": ours_arun(dsn, batch),
-                    "for scale: Exclusive(dir).run(no-op) on tmpfs": flock_run(shm),
-                }
-                results = paired({k: v for k, v in ops.items() if "arun" not in k}, rounds, count)
-                arun_name = next(k for k in ops if "arun" in k)
-                results[arun_name] = (
-                    measure({arun_name: ops[arun_name]}, rounds, max(count // batch, 3))[arun_name]
-                    / batch
+                run = "Exclusive.postgres(...).run(no-op)"
+                arun = f"Exclusive.postgres(...).arun(no-op), {plural(batch, 'call')} per loop"
+                scale = "for scale: Exclusive(dir).run(no-op) on tmpfs"
+                results = paired(
+                    {floor: floor_run(ours), run: ours_run(ours), scale: flock_run(shm)},
+                    rounds,
+                    count,
                 )
-                order = [floor, "Exclusive.postgres(...).run(no-op)", arun_name]
-                order.append("for scale: Exclusive(dir).run(no-op) on tmpfs")
-                lines += table(
-                    "Lock free, nothing queued: run a no-op job",
-                    {k: results[k] for k in order},
-                    floor,
+                loops = measure({arun: ours_arun(dsn, batch)}, rounds, max(count // batch, 3))
+                order = [floor, run, arun, scale]
+                results[arun] = loops[arun] / batch
+                report.comparison({k: results[k] for k in order}, floor, figure="median per call")
+                met = results[run] <= TARGET * results[floor]
+                report.target("`Exclusive.postgres(...).run`", f"≤ {TARGET:.2f}x", met)
+                report.summary(
+                    "postgres",
+                    seconds(results[run]),
+                    seconds(results[floor]),
+                    divide(results[run], results[floor]),
+                    met,
                 )
-    text = "\n".join(lines)
-    print(text)
-    if args.output:
-        Path(args.output).write_text(text)
+    report.write(args.output)
     return 0
 
 

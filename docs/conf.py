@@ -166,6 +166,45 @@ def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> No
 
 
 BENCH_MARKER = "<!-- bench tables -->"
+SUMMARY_MARKER = "<!-- bench summary -->"
+
+
+def _bench_summary() -> str:
+    """The summary table: every row of ``SUMMARY`` in ``bench/_common.py``.
+
+    Each bench script writes the figures of its rows to
+    ``docs/performance/<import_name>.summary.json`` beside its tables; a row
+    no script has written yet says so.
+    """
+    import json
+    import runpy
+
+    common = runpy.run_path(str(ROOT / "bench" / "_common.py"))
+    written: dict[tuple[str, str], dict[str, object]] = {}
+    for path in sorted((DOCS / "performance").glob("*.summary.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for key, row in record["rows"].items():
+            written[(record["dist"], key)] = row
+    lines = [
+        "| package | what is measured | sched | baseline | ratio | target |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for row in common["SUMMARY"]:
+        figures = written.get((row.dist, row.key))
+        target = row.target or "—"
+        if figures is None:
+            cells = ["_not measured yet_", "—", "—", target]
+        else:
+            if row.target and figures["met"] is not None:
+                target = f"{row.target}: {'met' if figures['met'] else '**missed**'}"
+            cells = [
+                str(figures["sched"]),
+                str(figures["baseline"]),
+                common["ratio"](figures["ratio"]),
+                target,
+            ]
+        lines.append("| " + " | ".join([row.dist, row.what, *cells]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _bench_tables() -> str:
@@ -196,9 +235,13 @@ def _bench_tables() -> str:
 
 
 def _fill_bench_tables(app: object, docname: str, source: list[str]) -> None:
-    """Put the benchmark tables into the performance page."""
+    """Put the benchmark summary and tables into the performance page."""
     if docname == "performance":
-        source[0] = source[0].replace(BENCH_MARKER, _bench_tables())
+        # The summary's inputs are no includes: name them, so a rebuild rereads the page.
+        for path in [ROOT / "bench" / "_common.py", *(DOCS / "performance").glob("*.json")]:
+            app.env.note_dependency(str(path))  # type: ignore[attr-defined]
+        text = source[0].replace(SUMMARY_MARKER, _bench_summary())
+        source[0] = text.replace(BENCH_MARKER, _bench_tables())
 
 
 def setup(app: object) -> dict[str, bool]:
