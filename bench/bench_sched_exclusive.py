@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Op, filesystem_type
+from _common import Op, Report, divide, filesystem_type, plural, seconds
 from _common import measure as _measure
 
 from sched_exclusive import Exclusive, Outcome
@@ -102,10 +102,7 @@ def floor_busy(directory: str, *, then_counter: bool, warn: bool = False) -> Op:
         if then_counter:
             read_counter(queue_path)  # full: nothing to write
         if warn:  # the warning line the spec asks for, with its structured fields
-            QUIET.warning(
-                "cycle still running; skipping tick",
-                extra={"sched_dir": directory, "sched_outcome": "skipped"},
-            )
+            QUIET.warning("cycle lock busy; skipping tick", extra={"dir": directory})
 
     return op
 
@@ -205,50 +202,46 @@ def measure(ops: dict[str, Op], rounds: int, count: int) -> dict[str, float]:
     return _measure(ops, rounds, count, clock=time.process_time)
 
 
-def table(title: str, results: dict[str, float], floor: str, scale: float = 1.0) -> list[str]:
-    lines = [
-        f"#### {title}",
-        "",
-        "| implementation | µs per call | ratio to floor |",
-        "|---|---:|---:|",
-    ]
-    for name, seconds in results.items():
-        lines.append(f"| {name} | {seconds * scale * 1e6:.2f} | {seconds / results[floor]:.2f} |")
-    return [*lines, ""]
+FREE_FLOOR = "floor: lock+holder line, 3 counter reads, release"
+FREE_OURS = "Exclusive.run(no-op)"
 
 
-def bench_directory(directory: str, rounds: int, count: int) -> list[str]:
+def bench_directory(report: Report, directory: str, rounds: int, count: int) -> None:
     work = tempfile.mkdtemp(prefix="bench-sched-exclusive-", dir=directory)
     try:
         dirs = {name: Path(work, name) for name in ("floor", "ours", "floor-async", "ours-async")}
         for path in dirs.values():
             path.mkdir()
-        kind = filesystem_type(work)
-        lines = [f"### {directory} ({kind})", ""]
+        where = f"{directory} ({filesystem_type(work)})"
         free = {
-            "floor: lock+holder line, 3 counter reads, release": floor_run(str(dirs["floor"])),
+            FREE_FLOOR: floor_run(str(dirs["floor"])),
             "the same steps through sched-lock's API": sched_lock_run(str(dirs["floor-async"])),
-            "Exclusive.run(no-op)": ours_run(str(dirs["ours"])),
+            FREE_OURS: ours_run(str(dirs["ours"])),
             "for scale: try_lock+unlock alone": bare_lock(str(dirs["ours"])),
         }
-        lines += table(
-            "Lock free, nothing queued: run a no-op job",
-            measure(free, rounds, count),
-            "floor: lock+holder line, 3 counter reads, release",
-        )
+        results = measure(free, rounds, count)
+        report.section(f"Lock free, nothing queued: run a no-op job, in {where}")
+        report.comparison(results, FREE_FLOOR, figure="median per call")
+        if "run" not in report.rows:  # the first directory's figures
+            ours, floor = results[FREE_OURS], results[FREE_FLOOR]
+            report.summary("run", seconds(ours), seconds(floor), divide(ours, floor))
         batch = max(count // 10, 10)
-        lines += table(
-            f"asyncio: arun a no-op coroutine ({batch} calls per loop, per call)",
-            measure(async_ops(str(dirs["floor-async"]), str(dirs["ours-async"]), batch), rounds, 1),
+        batches = measure(
+            async_ops(str(dirs["floor-async"]), str(dirs["ours-async"]), batch), rounds, 1
+        )
+        report.section(f"asyncio: arun a no-op coroutine, in {where}")
+        report.text(f"{plural(batch, 'call')} per event loop; the figures are per call.")
+        report.comparison(
+            {name: value / batch for name, value in batches.items()},
             "floor, in a loop (await a no-op)",
-            scale=1 / batch,
+            figure="median per call",
         )
         holders = [try_lock(dirs[name] / "cycle.lock") for name in ("floor", "ours")]
         for name in ("floor", "ours"):
             (dirs[name] / "cycle.queued").write_bytes(b"1\n")
         try:
-            lines += table(
-                "Lock busy, skip mode: skipped",
+            report.section(f"Lock busy, skip mode: skipped, in {where}")
+            report.comparison(
                 measure(
                     {
                         "floor: failed probe": floor_busy(str(dirs["floor"]), then_counter=False),
@@ -261,9 +254,10 @@ def bench_directory(directory: str, rounds: int, count: int) -> list[str]:
                     count,
                 ),
                 "floor: failed probe",
+                figure="median per call",
             )
-            lines += table(
-                "Lock busy, queue full: discarded",
+            report.section(f"Lock busy, queue full: discarded, in {where}")
+            report.comparison(
                 measure(
                     {
                         "floor: failed probe, counter read": floor_busy(
@@ -275,12 +269,12 @@ def bench_directory(directory: str, rounds: int, count: int) -> list[str]:
                     count,
                 ),
                 "floor: failed probe, counter read",
+                figure="median per call",
             )
         finally:
             for holder in holders:
                 assert holder is not None
                 holder.unlock()
-        return lines
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -298,23 +292,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, count = (3, 300) if args.quick else (15, 2000)
     dirs = args.dirs or [tempfile.gettempdir(), "/dev/shm"]
-    lines = [
-        "## sched-exclusive",
-        "",
-        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; median of {rounds} "
-        f"rounds of {count} calls, in process CPU time; ratios are to the floor (the same "
-        "system calls by hand).",
-        "",
-        f"Command: `python bench/bench_sched_exclusive.py{' --quick' if args.quick else ''}`",
-        "",
-    ]
+    report = Report(
+        "sched-exclusive",
+        __file__,
+        ["--quick"] if args.quick else [],
+        f"Median of {rounds} interleaved rounds of {plural(count, 'call')}, in process CPU "
+        "time. The baseline is the floor: the same system calls by hand, with the same bytes. "
+        "The summary takes the first directory's figures.",
+    )
     for directory in dirs:
         if Path(directory).is_dir():
-            lines += bench_directory(directory, rounds, count)
-    text = "\n".join(lines)
-    print(text)
-    if args.output:
-        Path(args.output).write_text(text)
+            bench_directory(report, directory, rounds, count)
+    report.write(args.output)
     return 0
 
 

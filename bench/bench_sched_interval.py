@@ -1,6 +1,6 @@
 """Benchmark sched_interval: import cost against its floors, and parse_interval throughput.
 
-Run by ``nox -s bench`` (which passes ``--output docs/performance/interval.md``),
+Run by ``nox -s bench`` (which passes ``--output docs/performance/sched_interval.md``),
 or by hand with a venv's python (never a pyenv shim: the shim adds ~95 ms per
 start)::
 
@@ -11,7 +11,8 @@ started by this interpreter (``sys.executable``) and interleaved round by round
 so that drift on a shared machine hits every row alike. Rows are compared with
 the floor ``python -I -c pass`` and with ``python -I -c "import logging"``, the
 import nearly every job runner pays anyway. Throughput is measured in this
-process with ``time.perf_counter`` over batches of calls, median of rounds.
+process with ``time.perf_counter`` over batches of calls, median of rounds, as
+time per call against ``parse_duration`` of the same value.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+
+from _common import Report, divide, plural, ratio, seconds
 
 from sched_interval import parse_duration, parse_interval
 
@@ -58,7 +62,7 @@ def _start_ms(args: list[str]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def bench_imports(rounds: int) -> str:
+def bench_imports(report: Report, rounds: int) -> None:
     """Median start-up time per row, in interleaved rounds of fresh interpreters."""
     samples: dict[str, list[float]] = {label: [] for label, _ in IMPORT_ROWS}
     for _ in range(2):  # warm the page cache and .pyc files
@@ -66,31 +70,40 @@ def bench_imports(rounds: int) -> str:
             _start_ms(args)
     for _ in range(rounds):
         for label, args in IMPORT_ROWS:
-            samples[label].append(_start_ms(args))
+            samples[label].append(_start_ms(args) / 1000)
     medians = {label: statistics.median(values) for label, values in samples.items()}
     fastest = {label: min(values) for label, values in samples.items()}
-    bare = medians[IMPORT_ROWS[0][0]]
-    with_logging = medians[IMPORT_ROWS[1][0]]
-    lines = [
-        f"### Import cost (median of {rounds} fresh interpreters per row)",
-        "",
-        "| what runs | median | added over bare | ratio to bare | added ÷ logging's added"
-        " | fastest run, added over bare's |",
-        "|---|---:|---:|---:|---:|---:|",
+    bare, logging_row = IMPORT_ROWS[0][0], IMPORT_ROWS[1][0]
+    added = {label: medians[label] - medians[bare] for label in medians}
+    report.section("Import cost")
+    report.text(
+        f"Wall time of fresh interpreters, median of {rounds} per variant. The time each "
+        "variant adds to the floor (`python -I -c pass`) is compared with the time "
+        "`import logging` adds, the import nearly every job runner pays anyway. The fastest "
+        "run of each variant is less disturbed by other load on a shared machine."
+    )
+    order = [logging_row, *(label for label in medians if label != logging_row)]
+    rows = [
+        [
+            label,
+            seconds(medians[label]),
+            "— (the floor)" if label == bare else f"+{seconds(added[label])}",
+            "—" if label == bare else f"+{seconds(fastest[label] - fastest[bare])}",
+            "—" if label == bare else ratio(divide(added[label], added[logging_row])),
+        ]
+        for label in order
     ]
-    for label, _ in IMPORT_ROWS:
-        median = medians[label]
-        added = median - bare
-        share = added / (with_logging - bare) if with_logging > bare else float("nan")
-        lines.append(
-            f"| {label} | {median:.1f} ms | {added:+.1f} ms | {median / bare:.2f} | {share:.2f}"
-            f" | {fastest[label] - fastest[IMPORT_ROWS[0][0]]:+.1f} ms |"
-        )
-    lines += [
-        "",
-        "The fastest run of each row is less disturbed by other load on a shared machine.",
-    ]
-    return "\n".join(lines)
+    report.table(
+        ["variant", "median", "added over the floor", "added, fastest runs", "ratio to baseline"],
+        rows,
+    )
+    ours = IMPORT_ROWS[2][0]
+    report.summary(
+        "import",
+        f"+{seconds(added[ours])}",
+        f"+{seconds(added[logging_row])}",
+        divide(added[ours], added[logging_row]),
+    )
 
 
 def _importtime_us(module: str) -> int:
@@ -110,42 +123,35 @@ def _importtime_us(module: str) -> int:
     return total
 
 
-def bench_importtime(rounds: int) -> str:
+def bench_importtime(report: Report, rounds: int) -> None:
     """The interpreter's own account of each import, which other load disturbs less."""
     modules = ["logging", "sched_interval"]
     samples: dict[str, list[int]] = {m: [] for m in modules}
     for _ in range(rounds):
         for module in modules:
             samples[module].append(_importtime_us(module))
-    medians = {m: statistics.median(v) for m, v in samples.items()}
-    lines = [
-        f"### `python -X importtime` cumulative import time (median of {rounds})",
-        "",
-        "| module | cumulative | ratio to `logging` |",
-        "|---|---:|---:|",
-    ]
-    for module in modules:
-        lines.append(
-            f"| `{module}` | {medians[module] / 1000:.1f} ms"
-            f" | {medians[module] / medians['logging']:.2f} |"
-        )
-    return "\n".join(lines)
+    report.section("`python -X importtime` cumulative import time")
+    report.text(f"Median of {rounds} fresh interpreters per module.")
+    report.comparison(
+        {f"`import {m}`": statistics.median(v) / 1e6 for m, v in samples.items()},
+        "`import logging`",
+        figure="cumulative",
+    )
 
 
-def _rate(func: object, arg: str, batch: int, rounds: int) -> float:
-    """Median calls per second of ``func(arg)`` over *rounds* batches."""
-    call = func  # bound once; the loop below is the measured code
-    rates = []
+def _per_call(func: Callable[[str], object], arg: str, batch: int, rounds: int) -> float:
+    """Median seconds per call of ``func(arg)`` over *rounds* batches."""
+    times = []
     for _ in range(rounds):
         start = time.perf_counter()
         for _ in range(batch):
-            call(arg)  # type: ignore[operator]
-        rates.append(batch / (time.perf_counter() - start))
-    return statistics.median(rates)
+            func(arg)
+        times.append((time.perf_counter() - start) / batch)
+    return statistics.median(times)
 
 
-def bench_throughput(batch: int, rounds: int) -> str:
-    """parse_interval calls per second against parse_duration alone and an empty call."""
+def bench_throughput(report: Report, batch: int, rounds: int) -> None:
+    """parse_interval's time per call against parse_duration alone and an empty call."""
     quiet = logging.getLogger("bench_sched_interval")
     quiet.addHandler(logging.NullHandler())
     quiet.propagate = False
@@ -166,26 +172,32 @@ def bench_throughput(batch: int, rounds: int) -> str:
         except ValueError:
             return None
 
-    floor = _rate(empty, "30m", batch, rounds)
-    lines = [
-        f"### `parse_interval` throughput (median of {rounds} batches of {batch:,} calls)",
-        "",
-        f"An empty Python call runs at {floor:,.0f}/s on this machine.",
-        "",
-        "| raw value | `parse_duration` | `parse_interval` | ratio | with `bounds=('1m', '24h')` |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for raw in ["30m", "1h30m15.5s", "", "off", "0", "-1h", "banana", "2562047h47m16.854775807s"]:
-        d = _rate(duration, raw, batch, rounds)
-        p = _rate(interval, raw, batch, rounds)
-        b = _rate(bounded, raw, batch, rounds)
-        lines.append(f"| `{raw!r}` | {d:,.0f}/s | {p:,.0f}/s | {p / d:.2f} | {b:,.0f}/s |")
-    lines.append("")
-    lines.append(
-        "`-1h` and `banana` include logging one warning (to a `NullHandler`);"
-        " ratio = `parse_interval` ÷ `parse_duration`."
+    floor = _per_call(empty, "30m", batch, rounds)
+    report.section("`parse_interval` per call")
+    report.text(
+        f"Median of {plural(rounds, 'batch', 'batches')} of {plural(batch, 'call')}. "
+        f"The baseline is `parse_duration` of the same value; an empty Python call takes "
+        f"{seconds(floor)} here. `-1h` and `banana` include logging one warning "
+        "(to a `NullHandler`)."
     )
-    return "\n".join(lines)
+    rows = []
+    for raw in ["30m", "1h30m15.5s", "", "off", "0", "-1h", "banana", "2562047h47m16.854775807s"]:
+        d = _per_call(duration, raw, batch, rounds)
+        p = _per_call(interval, raw, batch, rounds)
+        b = _per_call(bounded, raw, batch, rounds)
+        rows.append([f"`{raw!r}`", seconds(d), seconds(p), seconds(b), ratio(divide(p, d))])
+        if raw == "30m":
+            report.summary("parse", seconds(p), seconds(d), divide(p, d))
+    report.table(
+        [
+            "raw value",
+            "`parse_duration` (baseline)",
+            "`parse_interval`",
+            "with `bounds=('1m', '24h')`",
+            "ratio to baseline",
+        ],
+        rows,
+    )
 
 
 def main() -> None:
@@ -194,29 +206,17 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="also write the Markdown here")
     args = parser.parse_args()
     rounds, batch, batch_rounds = (5, 2_000, 3) if args.quick else (40, 20_000, 7)
-    report = "\n".join(
-        [
-            "## sched-interval",
-            "",
-            f"Python {sys.version.split()[0]} on {sys.platform}, `{sys.executable}`."
-            " Absolute times drift between runs and machines; the ratios carry over.",
-            "",
-            bench_imports(rounds),
-            "",
-            bench_importtime(rounds),
-            "",
-            bench_throughput(batch, batch_rounds),
-            "",
-            "Command: `python bench/bench_sched_interval.py"
-            + (" --quick" if args.quick else "")
-            + "` (or `nox -s bench`).",
-            "",
-        ]
+    report = Report(
+        "sched-interval",
+        __file__,
+        ["--quick"] if args.quick else [],
+        "Start-up times are wall time of fresh `python -I` interpreters started by this one, "
+        "interleaved round by round; per-call times are measured in this process.",
     )
-    sys.stdout.write(report)
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(report, encoding="utf-8")
+    bench_imports(report, rounds)
+    bench_importtime(report, rounds)
+    bench_throughput(report, batch, batch_rounds)
+    report.write(args.output)
 
 
 if __name__ == "__main__":

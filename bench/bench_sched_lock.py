@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import Op, filesystem_type, measure
+from _common import Op, Report, divide, filesystem_type, measure, plural, seconds
 
 from sched_lock import SlotFile, try_lock
 from sched_lock._holder import format_holder_line
@@ -216,23 +216,12 @@ def peer_fasteners(path: str) -> Op:
 
 # --- measurement ------------------------------------------------------------------
 
-
-def table(title: str, results: dict[str, float], floor: str, subject: str) -> list[str]:
-    lines = [
-        f"#### {title}",
-        "",
-        "| implementation | µs per op | ratio to floor | ratio to sched-lock |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, seconds in results.items():
-        lines.append(
-            f"| {name} | {seconds * 1e6:.2f} | {seconds / results[floor]:.2f} | "
-            f"{seconds / results[subject]:.2f} |"
-        )
-    return [*lines, ""]
+LOCK_FLOOR = "floor: open+flock+pwrite+ftruncate+close"
+LOCK_OURS = "sched_lock try_lock+unlock"
+FILELOCK = "filelock FileLock"
 
 
-def bench_directory(directory: str, rounds: int, count: int, peers: bool) -> list[str]:
+def bench_directory(report: Report, directory: str, rounds: int, count: int, peers: bool) -> None:
     work = tempfile.mkdtemp(prefix="bench-sched-lock-", dir=directory)
     try:
 
@@ -240,8 +229,8 @@ def bench_directory(directory: str, rounds: int, count: int, peers: bool) -> lis
             return str(Path(work, name))
 
         lock_ops: dict[str, Op] = {
-            "floor: open+flock+pwrite+ftruncate+close": floor_lock(p("floor.lock")),
-            "sched_lock try_lock+unlock": ours_lock(p("ours.lock")),
+            LOCK_FLOOR: floor_lock(p("floor.lock")),
+            LOCK_OURS: ours_lock(p("ours.lock")),
             "sched_lock with try_lock()": ours_lock_with(p("ours-with.lock")),
             "floor, date formatted on every call": floor_lock(
                 p("plain.lock"), format_line=holder_line_plain
@@ -251,7 +240,7 @@ def bench_directory(directory: str, rounds: int, count: int, peers: bool) -> lis
         }
         if peers:
             lock_ops |= {
-                "filelock FileLock": peer_filelock(p("filelock.lock")),
+                FILELOCK: peer_filelock(p("filelock.lock")),
                 "portalocker Lock": peer_portalocker(p("portalocker.lock")),
                 "fasteners InterProcessLock": peer_fasteners(p("fasteners.lock")),
             }
@@ -268,27 +257,28 @@ def bench_directory(directory: str, rounds: int, count: int, peers: bool) -> lis
                 p("trunc.counter"), truncate_first=True
             ),
         }
-        kind = filesystem_type(work)
-        lines = [f"### {directory} ({kind})", ""]
-        lines += table(
-            "Lock: acquire + release",
-            measure(lock_ops, rounds, count),
-            "floor: open+flock+pwrite+ftruncate+close",
-            "sched_lock try_lock+unlock",
-        )
-        lines += table(
-            "SlotFile: read-only transaction",
+        where = f"{directory} ({filesystem_type(work)})"
+        locks = measure(lock_ops, rounds, count)
+        report.section(f"Lock: acquire + release, in {where}")
+        report.comparison(locks, LOCK_FLOOR, figure="median per op")
+        report.section(f"SlotFile: read-only transaction, in {where}")
+        report.comparison(
             measure(read_ops, rounds, count),
             "floor: open+flock+pread+close",
-            "sched_lock SlotFile.mutate (read)",
+            figure="median per op",
         )
-        lines += table(
-            "SlotFile: increment transaction",
+        report.section(f"SlotFile: increment transaction, in {where}")
+        report.comparison(
             measure(increment_ops, rounds, count),
             "floor: open+flock+pread+pwrite+close",
-            "sched_lock SlotFile.mutate (increment)",
+            figure="median per op",
         )
-        return lines
+        if "lock" not in report.rows:  # the first directory's figures
+            ours, floor = locks[LOCK_OURS], locks[LOCK_FLOOR]
+            report.summary("lock", seconds(ours), seconds(floor), divide(ours, floor))
+            if FILELOCK in locks:
+                peer = locks[FILELOCK]
+                report.summary("filelock", seconds(ours), seconds(peer), divide(ours, peer))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -309,23 +299,18 @@ def main(argv: list[str] | None = None) -> int:
         assert format_holder_line(ns) == holder_line(ns) == holder_line_plain(ns)
     rounds, count = (3, 300) if args.quick else (15, 2000)
     dirs = args.dirs or [tempfile.gettempdir(), "/dev/shm"]
-    lines = [
-        "## sched-lock",
-        "",
-        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; median of {rounds} "
-        f"rounds of {count} operations; ratios are to the floor (the same system calls "
-        "by hand) and to sched-lock.",
-        "",
-        f"Command: `python bench/bench_sched_lock.py{' --quick' if args.quick else ''}`",
-        "",
-    ]
+    report = Report(
+        "sched-lock",
+        __file__,
+        [*(["--quick"] if args.quick else []), *(["--no-peers"] if args.no_peers else [])],
+        f"Median of {rounds} interleaved rounds of {plural(count, 'operation')}, wall-clock. "
+        "The baseline is the floor: the same system calls by hand, with the same bytes. "
+        "The summary takes the first directory's figures.",
+    )
     for directory in dirs:
         if Path(directory).is_dir():
-            lines += bench_directory(directory, rounds, count, peers=not args.no_peers)
-    text = "\n".join(lines)
-    print(text)
-    if args.output:
-        Path(args.output).write_text(text)
+            bench_directory(report, directory, rounds, count, peers=not args.no_peers)
+    report.write(args.output)
     return 0
 
 

@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import itertools
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from _common import Report, count, divide, plural, ratio, seconds
 
 from sched_loop import arun_loop, run_loop
 
@@ -211,61 +212,83 @@ def lateness(
     return samples
 
 
-def idle_table(seconds: float) -> tuple[list[str], bool]:
-    lines = [
-        f"### Idle for {seconds:g} s with a one-hour interval",
-        "",
-        "| process | CPU ticks | CPU ms | voluntary context switches | switches − floor |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    results = {name: idle_cost(code, seconds) for name, code in IDLE_CHILDREN.items()}
+IDLE_OURS = "`sched_loop.run_loop` (interval 1 h)"
+LATENESS_FLOOR = "floor: bare `Event.wait(0.01)` loop"
+
+
+def idle_table(report: Report, seconds_idle: float) -> None:
+    results = {name: idle_cost(code, seconds_idle) for name, code in IDLE_CHILDREN.items()}
     floor = next(iter(results.values()))
-    ok = False
+    rows = []
     for name, result in results.items():
         if isinstance(result, str):
-            lines.append(f"| {name} | — | — | {result} | — |")
+            rows.append([name, "—", "—", result, "—"])
             continue
-        extra = result.switches - floor.switches if isinstance(floor, Usage) else "—"
-        ms = result.ticks * 1000 / CLK_TCK
-        lines.append(f"| {name} | {result.ticks} | {ms:g} | {result.switches} | {extra} |")
-        if name.startswith("`sched_loop.run_loop`"):
-            ok = result.ticks == 0 and result.switches <= 2
-    verdict = "met" if ok else "NOT met"
-    lines += ["", f"Target for `run_loop`: no CPU tick and at most 2 wake-ups — **{verdict}**."]
-    return lines, ok
+        extra = str(result.switches - floor.switches) if isinstance(floor, Usage) else "—"
+        cpu = seconds(result.ticks / CLK_TCK)
+        rows.append([name, count(result.ticks), cpu, count(result.switches), extra])
+    report.section("Idle with a one-hour interval")
+    report.text(
+        f"Each process idles {seconds(seconds_idle)} after it reports ready; CPU time is in "
+        f"clock ticks of {seconds(1 / CLK_TCK)}. The baseline is the first row."
+    )
+    report.table(
+        ["variant", "CPU ticks", "CPU time", "voluntary context switches", "more than baseline"],
+        rows,
+    )
+    ours = results[IDLE_OURS]
+    ok = isinstance(ours, Usage) and ours.ticks == 0 and ours.switches <= 2
+    report.target("`run_loop`", "no CPU tick and at most 2 wake-ups", ok)
+    if isinstance(ours, Usage) and isinstance(floor, Usage):
+        report.summary(
+            "idle",
+            plural(ours.switches, "wake-up"),
+            plural(floor.switches, "wake-up"),
+            divide(ours.switches, floor.switches),
+            ok,
+        )
 
 
-def lateness_table(rounds: int, ticks: int) -> tuple[list[str], bool]:
+def lateness_table(report: Report, rounds: int, ticks: int) -> None:
     pairs = [
-        ("floor: bare `Event.wait(0.01)` loop", floor_thread),
+        (LATENESS_FLOOR, floor_thread),
         ("`run_loop`", with_run_loop),
         ("floor: bare asyncio `timeout(0.01)` + `Event.wait()`", floor_asyncio),
         ("`arun_loop`", with_arun_loop),
     ]
     samples = lateness(rounds, ticks, dict(pairs))
-    lines = [
-        f"### Tick lateness at a 10 ms interval ({rounds} rounds of {ticks} ticks each)",
-        "",
-        "| loop | median ms | p99 ms | median − floor ms | median ÷ floor |",
-        "|---|---:|---:|---:|---:|",
-    ]
+    report.section("Tick lateness at a 10 ms interval")
+    report.text(
+        f"{plural(rounds, 'round')} of {plural(ticks, 'tick')} each: how much later than "
+        "the interval each tick starts. Each floor is the baseline of the row below it."
+    )
+    rows = []
+    baseline = 0.0
     ok = False
-    floor_median = 0.0
     for name, _ in pairs:
-        values = samples[name]
+        values = [ms / 1e3 for ms in samples[name]]
         median, p99 = statistics.median(values), percentile(values, 0.99)
         if name.startswith("floor"):
-            floor_median = median
-            lines.append(f"| {name} | {median:.3f} | {p99:.3f} | — | 1.00 |")
+            baseline = median
+            rows.append([name, seconds(median), seconds(p99), "—", ratio(1.0)])
             continue
-        delta = median - floor_median
-        ratio = median / floor_median if floor_median > 0 else float("nan")
-        lines.append(f"| {name} | {median:.3f} | {p99:.3f} | {delta:+.3f} | {ratio:.2f} |")
+        delta = median - baseline
+        rows.append(
+            [
+                name,
+                seconds(median),
+                seconds(p99),
+                f"{'+' if delta >= 0 else ''}{seconds(delta)}",
+                ratio(divide(median, baseline)),
+            ]
+        )
         if name == "`run_loop`":
-            ok = delta <= 0.2
-    verdict = "met" if ok else "NOT met"
-    lines += ["", f"Target for `run_loop`: median within 0.2 ms of the floor — **{verdict}**."]
-    return lines, ok
+            ok = delta <= 0.0002
+            report.summary(
+                "lateness", seconds(median), seconds(baseline), divide(median, baseline), ok
+            )
+    report.table(["variant", "median", "p99", "median − baseline", "ratio to baseline"], rows)
+    report.target("`run_loop`", "median within 0.2 ms of the floor", ok)
 
 
 def main() -> int:
@@ -276,25 +299,16 @@ def main() -> int:
     if not Path("/proc/self/stat").exists():
         parser.error("this benchmark reads /proc: Linux only")
     idle_seconds, rounds, ticks = (2.0, 2, 50) if args.quick else (10.0, 5, 200)
-
-    command = "python bench/bench_sched_loop.py" + (" --quick" if args.quick else "")
-    late, _ = lateness_table(rounds, ticks)
-    idle, _ = idle_table(idle_seconds)
-    lines = [
-        "## sched-loop",
-        "",
-        f"`{command}` — Python {platform.python_version()} on {platform.system()} "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, clock tick {1000 // CLK_TCK} ms.",
-        "",
-        *idle,
-        "",
-        *late,
-        "",
-    ]
-    text = "\n".join(lines)
-    print(text)
-    if args.output is not None:
-        args.output.write_text(text)
+    report = Report(
+        "sched-loop",
+        __file__,
+        ["--quick"] if args.quick else [],
+        "Idle cost is read from `/proc` for a child process; tick lateness is measured in "
+        "this process, the variants alternating round by round.",
+    )
+    lateness_table(report, rounds, ticks)
+    idle_table(report, idle_seconds)
+    report.write(args.output)
     return 0  # a missed target is reported in the tables, not as a failed session
 
 

@@ -1,9 +1,12 @@
 """Sphinx configuration for the sched documentation site.
 
-``nox -s docs`` builds it twice with warnings as errors: once as HTML and once
-with the ``doctest`` builder, which executes every ``{doctest}`` block of every
-page. Longer examples live as files under ``docs/examples/``, are shown with
-``literalinclude`` and are run by ``tests-integration/``.
+``nox -s docs`` builds it as HTML with ``-n -W`` (every reference resolves,
+every warning is an error), then checks the built site
+(``tests-integration/test_docs_site.py``). The examples are checked by
+``tests-integration/test_docs_examples.py``: every ``{doctest}`` block passes
+and runs pasted into a file on its own, every ``console`` block prints what
+the page shows, every ``python`` block is an excerpt of a file under
+``docs/examples/`` that the tests run.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 
-# docs/examples/ is importable from doctest blocks (``import jobrunner``).
-sys.path.insert(0, str(DOCS / "examples"))
+# The site's own extension (the API reference) lives in docs/_ext/.
+if str(DOCS / "_ext") not in sys.path:
+    sys.path.insert(0, str(DOCS / "_ext"))
 
 project = "sched"
 author = "The sched developers"
@@ -26,7 +30,24 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.doctest",
+    "sphinx.ext.intersphinx",
+    "sphinx_copybutton",
+    "sched_api",
 ]
+
+# Every reference must resolve: ``nox -s docs`` builds with ``-n -W``.
+nitpicky = True
+
+# Links into the Python documentation (``timedelta``, ``threading.Event``,
+# ``subprocess.CompletedProcess``) come from a copy of its inventory checked in
+# beside this file, so the build needs no network. Any Python 3 inventory
+# serves (the copy is 3.11's, the oldest Python sched supports); to refresh it,
+# on a machine with internet access:
+#     python -c "import urllib.request as r; r.urlretrieve(
+#         'https://docs.python.org/3/objects.inv', 'docs/_inventories/python.inv')"
+intersphinx_mapping = {
+    "python": ("https://docs.python.org/3", str(DOCS / "_inventories" / "python.inv")),
+}
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
@@ -87,51 +108,47 @@ myst_heading_anchors = 3
 # (Keep a Changelog files, benchmark tables); their heading depth is theirs.
 suppress_warnings = ["myst.header"]
 
+# The reference of each package page is written by ``.. sched-api::`` (see
+# docs/_ext/sched_api.py): every name in the package's ``__all__``.
+sched_packages = sorted(PACKAGES.values())
+# Names used in signatures that a package does not export: each gets an entry
+# in its package's reference (documented by the ``#:`` comment on its
+# definition), so that every signature links somewhere.
+sched_signature_types = {
+    "sched_interval": ["Duration", "DurationLike", "Bounds"],
+    "sched_cmd": ["Duration", "Command", "Input", "T"],
+    "sched_exclusive": ["Duration"],
+    "sched_trigger": ["Duration", "P"],
+}
 autodoc_default_options = {
     "members": True,
     "show-inheritance": True,
 }
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_typehints_description_target = "documented_params"
+# Types join the descriptions written in Args: and Returns:. (With
+# "documented_params", a class whose ``__new__`` is annotated gained a stray
+# "Return type" field.)
+autodoc_typehints_description_target = "documented"
 autodoc_preserve_defaults = True
+# ``timedelta``, not ``datetime.timedelta``; ``Outcome``, not its module path.
+python_use_unqualified_type_names = True
+# In docstrings, `name` (single backticks) links to the object it names.
+default_role = "py:obj"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
 
-# Every doctest page can run a command line the way a reader would type it:
-# ``shell("python -m sched_interval banana")`` prints what it prints (stdout,
-# then stderr) and, when it fails, its exit status.
-doctest_global_setup = """
-import logging
-import os
-import shlex
-import subprocess
-import sys
-import tempfile
-
-# Log lines a page does not show go nowhere, rather than to stderr through
-# logging.lastResort; pages that show them attach their own handler.
-logging.getLogger().addHandler(logging.NullHandler())
-
-
-def shell(command, **kwargs):
-    args = shlex.split(command)
-    if args[0] == "python":
-        args[0] = sys.executable
-    elif os.path.exists(os.path.join(os.path.dirname(sys.executable), args[0])):
-        args[0] = os.path.join(os.path.dirname(sys.executable), args[0])
-    result = subprocess.run(args, capture_output=True, text=True, timeout=60, **kwargs)
-    output = (result.stdout + result.stderr).rstrip()
-    if output:
-        print(output)
-    if result.returncode:
-        print(f"[exit status {result.returncode}]")
-"""
+# The copy button copies what a reader types: no ``>>>``/``...``/``$``
+# prompts, and no output lines.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
 
 html_theme = "furo"
 html_title = "sched"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["sched.css"]
 
 
 def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> None:
@@ -149,6 +166,45 @@ def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> No
 
 
 BENCH_MARKER = "<!-- bench tables -->"
+SUMMARY_MARKER = "<!-- bench summary -->"
+
+
+def _bench_summary() -> str:
+    """The summary table: every row of ``SUMMARY`` in ``bench/_common.py``.
+
+    Each bench script writes the figures of its rows to
+    ``docs/performance/<import_name>.summary.json`` beside its tables; a row
+    no script has written yet says so.
+    """
+    import json
+    import runpy
+
+    common = runpy.run_path(str(ROOT / "bench" / "_common.py"))
+    written: dict[tuple[str, str], dict[str, object]] = {}
+    for path in sorted((DOCS / "performance").glob("*.summary.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for key, row in record["rows"].items():
+            written[(record["dist"], key)] = row
+    lines = [
+        "| package | what is measured | sched | baseline | ratio | target |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for row in common["SUMMARY"]:
+        figures = written.get((row.dist, row.key))
+        target = row.target or "—"
+        if figures is None:
+            cells = ["_not measured yet_", "—", "—", target]
+        else:
+            if row.target and figures["met"] is not None:
+                target = f"{row.target}: {'met' if figures['met'] else '**missed**'}"
+            cells = [
+                str(figures["sched"]),
+                str(figures["baseline"]),
+                common["ratio"](figures["ratio"]),
+                target,
+            ]
+        lines.append("| " + " | ".join([row.dist, row.what, *cells]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _bench_tables() -> str:
@@ -179,9 +235,13 @@ def _bench_tables() -> str:
 
 
 def _fill_bench_tables(app: object, docname: str, source: list[str]) -> None:
-    """Put the benchmark tables into the performance page."""
+    """Put the benchmark summary and tables into the performance page."""
     if docname == "performance":
-        source[0] = source[0].replace(BENCH_MARKER, _bench_tables())
+        # The summary's inputs are no includes: name them, so a rebuild rereads the page.
+        for path in [ROOT / "bench" / "_common.py", *(DOCS / "performance").glob("*.json")]:
+            app.env.note_dependency(str(path))  # type: ignore[attr-defined]
+        text = source[0].replace(SUMMARY_MARKER, _bench_summary())
+        source[0] = text.replace(BENCH_MARKER, _bench_tables())
 
 
 def setup(app: object) -> dict[str, bool]:

@@ -75,9 +75,9 @@ def test_unparseable_interval_warns_and_uses_the_default(
 ) -> None:
     """A typo in JOB_INTERVAL is logged with the variable's name, and the default cadence runs."""
     runner = children.jobrunner("run", env={**runner_env, "JOB_INTERVAL": "1d"})
-    line = runner.expect(r"JOB_INTERVAL: cannot parse interval").string
-    assert "'1d', using default 6h0m0s" in line
-    assert "sched_reason=unparseable" in line
+    line = runner.expect(r"cannot parse interval, using default: name=JOB_INTERVAL").string
+    assert "value='1d' default=6h0m0s" in line
+    assert "sched_default=6h0m0s sched_name=JOB_INTERVAL sched_value=1d" in line
     runner.expect(r"built-in mode: a cycle now, then every 6h0m0s")
     runner.expect(r"cycle outcome: ran")
     runner.terminate()
@@ -93,12 +93,54 @@ def test_external_mode_idles_until_stopped(children: Children, runner_env: dict[
     assert not any("cycle" in line and "starting" in line for line in runner.lines)
 
 
+def test_poll_reads_a_bad_interval_quietly(runner_env: dict[str, str]) -> None:
+    """The resident process warns about JOB_INTERVAL at startup; a poll does not repeat it."""
+    result = jobrunner("poll", env={**runner_env, "JOB_INTERVAL": "1d"})
+    assert 0 == result.returncode, result.stderr
+    assert "cannot parse interval" not in result.stderr
+    assert "poll: ran\n" == result.stdout.splitlines(keepends=True)[-1]
+
+
 def test_poll_runs_the_cycle_itself_when_nothing_runs(runner_env: dict[str, str]) -> None:
     """A poll that finds the lock free runs the cycle and reports ``ran``."""
     result = jobrunner("poll", env=runner_env)
     assert 0 == result.returncode, result.stderr
     assert "poll: ran\n" == result.stdout.splitlines(keepends=True)[-1]
     assert "work: cycle 1 finished" in result.stdout
+
+
+def test_a_poll_exits_by_its_own_run(
+    children: Children, runner_env: dict[str, str], hold: Hold
+) -> None:
+    """A poll whose own cycle succeeds, and which then serves another poll's queued
+    request with a rerun that fails, exits 0: only its own run counts, as in the Go
+    library's apps. The rerun's failure is still logged."""
+    work = ROOT / "docs" / "examples" / "work.py"
+    only_the_first_succeeds = (
+        f'[ "$JOB_CYCLE" = 1 ] && exec {shlex.quote(sys.executable)} '
+        f"{shlex.quote(str(work))} || exit 3"
+    )
+    env = {
+        **runner_env,
+        "WORK_HOLD": str(hold.path),
+        "JOB_COMMAND": shlex.join(["sh", "-c", only_the_first_succeeds]),
+    }
+    first = children.jobrunner("poll", env=env)
+    first.expect(r"work: cycle 1 started")
+    second = jobrunner("poll", env=env)
+    assert 0 == second.returncode, second.stderr
+    assert "poll: queued\n" == second.stdout
+    hold.release()
+    first.expect(r"cycle failed \(outcome ran-queued\): cycle 2: command exited with status 3")
+    first.expect(r"^poll: ran-queued$")
+    assert 0 == first.wait()
+
+
+def test_a_poll_whose_own_run_fails_exits_1(runner_env: dict[str, str]) -> None:
+    """A poll whose own cycle fails exits 1."""
+    result = jobrunner("poll", env={**runner_env, "JOB_COMMAND": "sh -c 'exit 3'"})
+    assert 1 == result.returncode
+    assert "poll: ran\n" == result.stdout
 
 
 def test_builtin_mode_coalesces_a_poll_and_drains_on_sigterm(
@@ -120,7 +162,7 @@ def test_builtin_mode_coalesces_a_poll_and_drains_on_sigterm(
 
     once = jobrunner("run", env={**env, "JOB_INTERVAL": "0"})
     assert 0 == once.returncode, once.stderr
-    assert "cycle still running; skipping tick" in once.stderr
+    assert "cycle lock busy; skipping tick" in once.stderr
     assert "cycle outcome: skipped" in once.stderr
 
     hold.release()

@@ -2,10 +2,14 @@
 
 It starts ``jobrunner.py`` the way a container would, plays an operator's
 ``poll``, a one-shot tick, a trigger over the socket and a ``docker stop``, and
-prints a transcript of what each process says. Every step waits for the line
-that proves the previous one happened (a log line, a FIFO opened by the job's
-command) rather than for a guessed amount of time, and every claim the
+prints a transcript of what each process says. Every ``$`` line is the command
+the demo really runs (from this folder, with this interpreter's folder first
+on ``PATH``); where a container would be involved, the narration says what
+``docker exec`` or ``docker stop`` would do instead. Every step waits for the
+line that proves the previous one happened (a log line, a FIFO opened by the
+job's command) rather than for a guessed amount of time, and every claim the
 transcript makes is checked: the demo exits 1 as soon as one did not hold.
+The steps are ``STEPS``, in the order the README lists them.
 
 Run it from anywhere::
 
@@ -18,7 +22,7 @@ import json
 import os
 import queue
 import re
-import shutil
+import shlex
 import signal
 import stat
 import subprocess
@@ -31,7 +35,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-JOBRUNNER = HERE / "jobrunner.py"
+#: How the transcript (and the command lines it runs) name this interpreter:
+#: children get its folder first on PATH, so the name finds this very file.
+PYTHON = Path(sys.executable).name
+BIN = Path(sys.executable).parent
+#: The steps of the tour, in order; the README's Quick start lists them too.
+STEPS = (
+    "Check the `JOB_INTERVAL` value before deploying it",
+    "The container starts with `JOB_INTERVAL=1s`: built-in mode, a startup run at once",
+    "An operator polls while that run is in flight: the request is queued",
+    "A one-shot tick overlaps the same run: it is skipped",
+    "The startup run ends and the queued poll is served by a rerun",
+    "One interval later, a tick",
+    "`docker stop` while that run is in flight: a SIGTERM drain",
+    "The daemon variant starts: it owns every run; triggers only submit",
+    "A trigger over the socket, answered with its run's result",
+    "SIGTERM with one run in flight and one trigger waiting behind it",
+)
 #: Upper bound for any one step; steps take milliseconds when all is well.
 STEP_DEADLINE = 20.0
 GRACE = "5s"
@@ -57,6 +77,13 @@ def say(text: str = "") -> None:
     emit(text)
 
 
+def step(number: int) -> None:
+    """Print the heading of step *number* (1-based) of ``STEPS``."""
+    if number > 1:
+        emit("")
+    emit(f"== {number}. {STEPS[number - 1]} ==")
+
+
 def ok(claim: str) -> None:
     """Print a claim that has just been verified."""
     emit(f"   ✔ {claim}")
@@ -80,6 +107,7 @@ class Process:
         self.popen = subprocess.Popen(
             args,
             env=env,
+            cwd=HERE,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -129,9 +157,11 @@ class Process:
         self._queue.put(None)
         return code
 
-    def signal(self, signum: signal.Signals) -> None:
-        """Send a signal, as ``docker stop`` sends SIGTERM to PID 1."""
-        self.popen.send_signal(signum)
+    def terminate_as_docker_stop(self) -> None:
+        """Send SIGTERM, showing the command that does it: what ``docker stop`` sends PID 1."""
+        say(f"   (`docker stop job` sends SIGTERM to the container's PID 1, the {self.label}:)")
+        say(f"$ kill -TERM {self.popen.pid}")
+        os.kill(self.popen.pid, signal.SIGTERM)
 
     def kill(self) -> None:
         """Kill and reap, whatever state the process is in."""
@@ -166,21 +196,49 @@ class Hold:
         ok(claim)
 
 
-def base_env() -> dict[str, str]:
-    """This process's environment without any ``JOB_*``/``WORK_*`` setting of the caller's."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("JOB_", "WORK_"))}
+def base_env(tour: dict[str, str]) -> dict[str, str]:
+    """A tour's environment, shown as the ``export`` line that sets it.
+
+    The caller's own ``JOB_*``/``WORK_*`` settings are dropped, and this
+    interpreter's folder goes first on ``PATH`` so ``python`` and
+    ``sched-trigger`` below are this environment's.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOB_", "WORK_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    say("$ export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in tour.items()))
+    return {**env, **tour}
+
+
+def start(
+    label: str,
+    args: Sequence[str],
+    env: dict[str, str],
+    *,
+    extra: dict[str, str] | None = None,
+    exec_in: str | None = None,
+) -> Process:
+    """Show the command line, then run exactly it (with *extra* set in its environment).
+
+    *exec_in* names the container a real deployment would ``docker exec`` the
+    command in; the narration says so, and the demo runs it here.
+    """
+    if exec_in:
+        say(f"   (what `docker exec {exec_in}` would run in the container:)")
+    prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in (extra or {}).items())
+    say(f"$ {prefix}{shlex.join(args)}")
+    return Process(label, args, {**env, **(extra or {})})
 
 
 def jobrunner(*args: str) -> list[str]:
-    """The command line of the example job runner."""
-    return [sys.executable, "-u", str(JOBRUNNER), *args]
+    """The command line of the example job runner (the demo runs from its folder)."""
+    return [PYTHON, "jobrunner.py", *args]
 
 
-def trigger_client() -> list[str]:
+def trigger_client(*args: str) -> list[str]:
     """The ``sched-trigger`` console script of this environment, or ``python -m``."""
-    script = Path(sys.executable).with_name("sched-trigger")
-    found = script if script.exists() else shutil.which("sched-trigger")
-    return [str(found)] if found else [sys.executable, "-m", "sched_trigger"]
+    if (BIN / "sched-trigger").exists():
+        return ["sched-trigger", *args]
+    return [PYTHON, "-m", "sched_trigger", *args]
 
 
 @contextmanager
@@ -201,8 +259,10 @@ def after(lines: list[str], marker: str) -> list[str]:
     return lines
 
 
-def sigterm_during_a_run(runner: Process, hold_cycle: int, started_at: float) -> None:
-    """The checks shared by both tours after the runner got SIGTERM mid-run."""
+def sigterm_during_a_run(runner: Process, hold_cycle: int) -> None:
+    """Send SIGTERM mid-run (``docker stop``), then check the drain (both tours share it)."""
+    started_at = time.monotonic()
+    runner.terminate_as_docker_stop()
     runner.expect(
         rf"work: cycle {hold_cycle} received SIGTERM",
         "the job's command got SIGTERM (not SIGKILL) and cleaned up",
@@ -223,33 +283,36 @@ def sigterm_during_a_run(runner: Process, hold_cycle: int, started_at: float) ->
         not any(re.search(r"cycle \d+ starting", line) for line in later),
         "no new cycle started after SIGTERM",
     )
+    check(
+        not any(" ERROR " in line for line in runner.lines),
+        f"the {runner.label} logged no ERROR: a drain is not a failure",
+    )
 
 
 def tour_builtin(tmp: Path) -> None:
     """Built-in mode: startup run, coalesced poll, skipped overlap, tick, SIGTERM drain."""
     hold = Hold(tmp / "hold-1.fifo")
-    env = {
-        **base_env(),
-        "JOB_INTERVAL": "1s",
-        "JOB_STATE_DIR": str(tmp / "state-1"),
-        "JOB_GRACE": GRACE,
-        "WORK_HOLD": str(hold.path),
-        "PYTHONUNBUFFERED": "1",
-    }
-    say("== 0. Check the value before deploying it ==")
-    say("$ python -m sched_interval 1s --name JOB_INTERVAL")
-    check_value = Process(
-        "check", [sys.executable, "-m", "sched_interval", "1s", "--name", "JOB_INTERVAL"], env
+    state = str(tmp / "state-1")
+    env = base_env(
+        {
+            "JOB_STATE_DIR": state,
+            "JOB_GRACE": GRACE,
+            "WORK_HOLD": str(hold.path),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    say("   (WORK_HOLD: a FIFO the job's command waits on, so the demo decides when a run ends)")
+    step(1)
+    check_value = start(
+        "check", [PYTHON, "-m", "sched_interval", "1s", "--name", "JOB_INTERVAL"], env
     )
     with reaped(check_value):
         check_value.expect(r"^mode: built-in$", "1s means built-in mode")
         check_value.expect(r"^interval: 1s$", "every 1s")
         check(check_value.wait("the check returns") == 0, "no warning: the value is used as given")
 
-    say()
-    say("== 1. The container starts: JOB_INTERVAL=1s, so built-in mode ==")
-    say("$ JOB_INTERVAL=1s python jobrunner.py run")
-    runner = Process("runner", jobrunner("run"), env)
+    step(2)
+    runner = start("runner", jobrunner("run"), env, extra={"JOB_INTERVAL": "1s"})
     with reaped(runner):
         runner.expect(
             r"built-in mode: a cycle now, then every 1s", "JOB_INTERVAL=1s selected built-in mode"
@@ -259,17 +322,14 @@ def tour_builtin(tmp: Path) -> None:
             r"work: cycle 1 started", "its command is running (and held open by the demo)"
         )
 
-        say()
-        say("== 2. An operator polls while that run is in flight ==")
-        say("$ docker exec job python jobrunner.py poll")
-        poll = Process("poll", jobrunner("poll"), env)
+        step(3)
+        poll = start("poll", jobrunner("poll"), env, exec_in="job")
         with reaped(poll):
             poll.expect(r"^poll: queued$", "the poll found a cycle running and queued a rerun")
             code = poll.wait("the poll returns at once")
             check(code == 0, "the poll exited 0 without waiting for the run")
-        say(f"$ docker exec job python -m sched_exclusive status {env['JOB_STATE_DIR']}")
-        status = Process(
-            "status", [sys.executable, "-m", "sched_exclusive", "status", env["JOB_STATE_DIR"]], env
+        status = start(
+            "status", [PYTHON, "-m", "sched_exclusive", "status", state], env, exec_in="job"
         )
         with reaped(status):
             status.expect(
@@ -280,17 +340,15 @@ def tour_builtin(tmp: Path) -> None:
                 "the status check exited 0",
             )
 
-        say()
-        say("== 3. A one-shot tick overlaps the same run (JOB_INTERVAL=0: once mode) ==")
-        say("$ JOB_INTERVAL=0 python jobrunner.py run")
-        once = Process("once", jobrunner("run"), {**env, "JOB_INTERVAL": "0"})
+        step(4)
+        say("   (JOB_INTERVAL=0 is once mode: one cycle, then exit -- a tick from outside)")
+        once = start("once", jobrunner("run"), env, extra={"JOB_INTERVAL": "0"})
         with reaped(once):
             once.expect(r"cycle outcome: skipped", "run_or_skip found the lock busy and skipped")
             code = once.wait("the one-shot exits")
             check(code == 0, "the skipped one-shot exited 0")
 
-        say()
-        say("== 4. The startup run ends; the queued poll is served by a rerun ==")
+        step(5)
         hold.release("released the startup run's command")
         runner.expect(
             r"cycle 2 starting \(queued rerun\)", "the holder ran the queued request next"
@@ -298,36 +356,30 @@ def tour_builtin(tmp: Path) -> None:
         hold.release("released the rerun's command")
         runner.expect(r"cycle outcome: ran-queued", "the runner's log says ran-queued")
 
-        say()
-        say("== 5. One interval later, a tick ==")
+        step(6)
         runner.expect(r"cycle 3 starting \(tick\)", "the ticker fired the next cycle")
         runner.expect(r"work: cycle 3 started", "its command is running (held open again)")
 
-        say()
-        say("== 6. docker stop: SIGTERM while that run is in flight ==")
-        say("$ docker stop job   # SIGTERM to the runner")
-        started_at = time.monotonic()
-        runner.signal(signal.SIGTERM)
-        sigterm_during_a_run(runner, 3, started_at)
+        step(7)
+        sigterm_during_a_run(runner, 3)
 
 
 def tour_daemon(tmp: Path) -> None:
     """The daemon variant: it owns every run; the ticker and the socket feed one queue."""
     hold = Hold(tmp / "hold-2.fifo")
     sock = tmp / "trigger.sock"
-    env = {
-        **base_env(),
-        "JOB_INTERVAL": "1h",
-        "JOB_STATE_DIR": str(tmp / "state-2"),
-        "JOB_SOCKET": str(sock),
-        "JOB_GRACE": GRACE,
-        "WORK_HOLD": str(hold.path),
-        "PYTHONUNBUFFERED": "1",
-    }
     say()
-    say("== 7. The daemon variant: it owns every run, triggers only submit ==")
-    say("$ JOB_INTERVAL=1h python jobrunner.py daemon")
-    daemon = Process("daemon", jobrunner("daemon"), env)
+    env = base_env(
+        {
+            "JOB_STATE_DIR": str(tmp / "state-2"),
+            "JOB_SOCKET": str(sock),
+            "JOB_GRACE": GRACE,
+            "WORK_HOLD": str(hold.path),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    step(8)
+    daemon = start("daemon", jobrunner("daemon"), env, extra={"JOB_INTERVAL": "1h"})
     with reaped(daemon):
         daemon.expect(r"listening for triggers on ", "the trigger socket is up")
         mode = stat.S_IMODE(sock.stat().st_mode)
@@ -336,11 +388,9 @@ def tour_daemon(tmp: Path) -> None:
         hold.release("released the startup run's command")
         daemon.expect(r"startup run: done, ok", "the executor finished the startup run")
 
-        say()
-        say("== 8. A trigger over the socket ==")
+        step(9)
         payload = json.dumps({"note": "rotate the logs"})
-        say(f"$ docker exec job sched-trigger {sock.name} '{payload}'")
-        client = Process("trigger", [*trigger_client(), str(sock), payload], env)
+        client = start("trigger", trigger_client(str(sock), payload), env, exec_in="job")
         with reaped(client):
             client.expect(r"^sched-trigger: queued$", "the client saw: queued")
             daemon.expect(r"cycle 2 starting \(trigger\)", "the executor started the triggered run")
@@ -354,20 +404,16 @@ def tour_daemon(tmp: Path) -> None:
             "the daemon never logged the payload",
         )
 
-        say()
-        say("== 9. SIGTERM with one run in flight and one trigger waiting behind it ==")
-        running = Process("trigger-a", [*trigger_client(), str(sock), "{}"], env)
+        step(10)
+        running = start("trigger-a", trigger_client(str(sock), "{}"), env, exec_in="job")
         waiting: Process | None = None
         with reaped(running):
             running.expect(r"^sched-trigger: started$", "trigger A's run started")
             daemon.expect(r"work: cycle 3 started", "its command is running (held open)")
-            waiting = Process("trigger-b", [*trigger_client(), str(sock), "{}"], env)
+            waiting = start("trigger-b", trigger_client(str(sock), "{}"), env, exec_in="job")
             with reaped(waiting):
                 waiting.expect(r"^sched-trigger: queued$", "trigger B is queued behind it")
-                say("$ docker stop job   # SIGTERM to the daemon")
-                started_at = time.monotonic()
-                daemon.signal(signal.SIGTERM)
-                sigterm_during_a_run(daemon, 3, started_at)
+                sigterm_during_a_run(daemon, 3)
                 code_a = running.wait("trigger A gets its true result")
                 check(code_a == 1, "trigger A: done, not ok (the run was stopped), exit 1")
                 code_b = waiting.wait("trigger B gets a result too")
@@ -385,6 +431,8 @@ def tour_daemon(tmp: Path) -> None:
 def main() -> int:
     """Run both tours; exit 1 at the first claim that did not hold."""
     began = time.monotonic()
+    say(f"$ cd {shlex.quote(str(HERE))}")
+    say(f'$ export PATH="{BIN}:$PATH"')
     with tempfile.TemporaryDirectory(prefix="sched-demo-") as tmp:
         try:
             tour_builtin(Path(tmp))

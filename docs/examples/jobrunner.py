@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sched_cmd
-from sched_exclusive import Exclusive, ExclusiveError, Outcome
+from sched_exclusive import Exclusive, ExclusiveError, Outcome, RunError
 from sched_interval import Mode, Schedule, format_duration, interval_from_env, parse_duration
 from sched_loop import run_loop, stop_on_signals
 
@@ -70,19 +70,37 @@ class KeyValueFormatter(logging.Formatter):
     """The default text format, followed by the record's structured fields.
 
     The sched packages put the key facts in the message and the same facts,
-    typed, in ``extra`` fields prefixed ``sched_`` (``app_`` is ours). A JSON
-    formatter would emit them as keys; this one appends ``key=value`` pairs.
+    typed, in ``extra`` fields (``dir``, ``pending``, ``sched_reason``...;
+    ``app_`` ones are ours). A JSON formatter would emit them as keys; this
+    one appends ``key=value`` pairs.
     """
 
+    #: The attributes every record has: any other one came from ``extra``.
+    STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
     def format(self, record: logging.LogRecord) -> str:
-        """Format the record, then append its ``sched_``/``app_`` fields."""
+        """Format the record, then append its ``extra`` fields."""
         line = super().format(record)
-        fields = {
-            key: value for key, value in vars(record).items() if key.startswith(("sched_", "app_"))
-        }
+        fields = {key: value for key, value in vars(record).items() if key not in self.STANDARD}
         if fields:
             line += " " + " ".join(f"{key}={value}" for key, value in sorted(fields.items()))
         return line
+
+
+def quiet_logger() -> logging.Logger:
+    """A logger that drops every record: for reading ``JOB_INTERVAL`` again after startup.
+
+    The resident process logs a bad value once, when it starts; a ``poll``
+    (or a health probe) that re-reads the variable passes this logger so the
+    warning is not repeated on every call. It stops propagation and has a
+    ``NullHandler``, so neither the root handlers nor ``logging.lastResort``
+    see a record.
+    """
+    quiet = logging.getLogger("jobrunner.quiet")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    return quiet
 
 
 def configure_logging() -> None:
@@ -110,8 +128,11 @@ class Config:
     socket: Path
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Config:
-        """Read the configuration; warnings about ``JOB_INTERVAL`` are logged."""
+    def from_env(
+        cls, env: dict[str, str] | None = None, *, interval_logger: logging.Logger | None = None
+    ) -> Config:
+        """Read the configuration; warnings about ``JOB_INTERVAL`` go to *interval_logger*
+        (by default the ``sched_interval`` logger)."""
         env = dict(os.environ if env is None else env)
         default_command = [sys.executable, str(Path(__file__).with_name("work.py"))]
         state_dir = Path(env.get("JOB_STATE_DIR", "/tmp/jobrunner"))
@@ -120,7 +141,11 @@ class Config:
             # zero_as_once: this job supports a run-once mode ("0"), as a batch
             # job would; "off"/"disabled" still select external mode.
             schedule=interval_from_env(
-                "JOB_INTERVAL", DEFAULT_INTERVAL, zero_as_once=True, environ=env
+                "JOB_INTERVAL",
+                DEFAULT_INTERVAL,
+                zero_as_once=True,
+                environ=env,
+                logger=interval_logger,
             ),
             command=shlex.split(env["JOB_COMMAND"]) if "JOB_COMMAND" in env else default_command,
             grace=timedelta(microseconds=grace_ns // 1000) or sched_cmd.DEFAULT_GRACE,
@@ -133,6 +158,10 @@ class CycleFailed(Exception):
     """The cycle's command exited non-zero."""
 
 
+class CycleStopped(CycleFailed):
+    """The cycle's command exited non-zero after a stop was requested: a drain, not a fault."""
+
+
 _cycle_numbers = itertools.count(1)
 
 
@@ -142,7 +171,8 @@ def run_cycle(
     """Run one cycle: the real command, stopped gracefully if *stop* is set.
 
     Raises:
-        CycleFailed: the command exited non-zero (SIGTERM included).
+        CycleStopped: the command exited non-zero after *stop* was set.
+        CycleFailed: the command exited non-zero otherwise.
     """
     number = next(_cycle_numbers)
     log.info("cycle %d starting (%s)", number, why, extra={"app_cycle": number})
@@ -159,8 +189,12 @@ def run_cycle(
         extra={"app_cycle": number, "app_returncode": result.returncode},
     )
     if result.returncode != 0:
-        what = "stopped by shutdown, command" if stop.is_set() else "command"
-        raise CycleFailed(f"cycle {number}: {what} exited with status {result.returncode}")
+        if stop.is_set():
+            raise CycleStopped(
+                f"cycle {number}: stopped by shutdown, command exited with status "
+                f"{result.returncode}"
+            )
+        raise CycleFailed(f"cycle {number}: command exited with status {result.returncode}")
 
 
 def cycle_job(
@@ -196,12 +230,19 @@ def guarded(call: Callable[[], Outcome]) -> tuple[Outcome, ExclusiveError | None
     try:
         outcome = call()
     except ExclusiveError as exc:
-        log.error(
-            "cycle failed (outcome %s): %s",
-            exc.outcome,
-            describe(exc),
-            extra={"app_outcome": exc.outcome},
-        )
+        causes = getattr(exc, "exceptions", [exc])
+        if all(isinstance(cause, CycleStopped) for cause in causes):
+            # SIGTERM ended the cycle: that is the drain working, not a fault.
+            log.info(
+                "%s (outcome %s)", describe(exc), exc.outcome, extra={"app_outcome": exc.outcome}
+            )
+        else:
+            log.error(
+                "cycle failed (outcome %s): %s",
+                exc.outcome,
+                describe(exc),
+                extra={"app_outcome": exc.outcome},
+            )
         return exc.outcome, exc
     log.info("cycle outcome: %s", outcome, extra={"app_outcome": outcome})
     return outcome, None
@@ -246,12 +287,18 @@ def main_poll(config: Config) -> int:
 
     Queue mode: if a cycle is running (in the resident process or another
     poll), the request is recorded and this process exits at once; the
-    running holder executes it when its cycle ends.
+    running holder executes it when its cycle ends. The exit status is the
+    poll's own result: a failed rerun it served for another request is
+    logged, not counted.
     """
     with stop_on_signals() as stop:
         ex = exclusive(config, stop)
         outcome, error = guarded(lambda: ex.run(cycle_job(config, stop, "poll")))
     print(f"poll: {outcome}", flush=True)
+    if isinstance(error, RunError) and outcome is not Outcome.GATED:
+        # The poll's own run is the one it answers for: the reruns it served
+        # were other requests' (guarded has logged their failures).
+        return 1 if error.own is not None else 0
     # queued and discarded are success: the running cycle covers this request
     # (and a queued request whose re-check failed still stands).
     return 1 if error and outcome is not Outcome.QUEUED else 0
@@ -388,9 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["run", "poll", "daemon"])
     args = parser.parse_args(argv)
     configure_logging()
-    config = Config.from_env()
     if args.command == "poll":
-        return main_poll(config)
+        # The resident process warned about JOB_INTERVAL when it started.
+        return main_poll(Config.from_env(interval_logger=quiet_logger()))
+    config = Config.from_env()
     if args.command == "daemon":
         return main_daemon(config)
     return main_run(config)

@@ -95,6 +95,9 @@ def say(text):
 # for the sleep to end. So the children block SIGTERM before they report
 # ready and take it with ``sigwait``, which cannot miss it.
 
+#: Reports ``ready <pid>`` once the handlers before it are installed.
+READY = 'say(f"ready {os.getpid()}")\n'
+
 #: Traps SIGTERM, reports it, then dies of it (the default action).
 TERM_EXITS = """
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sched_cmd_testkit import (
     DEADLINE,
+    READY,
     SLEEP,
     TERM_EXITS,
     TERM_IGNORED,
@@ -20,8 +21,6 @@ from sched_cmd_testkit import (
 )
 
 from sched_cmd import arun
-
-READY = 'say(f"ready {os.getpid()}")\n'
 
 
 def test_arun_captures_output_like_run() -> None:

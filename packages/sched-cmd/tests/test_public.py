@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sched_cmd
-from sched_cmd import DEFAULT_GRACE, CommandRunner, command_runner
+from sched_cmd import DEFAULT_GRACE, CommandRunner, CompletedRun, GroupReport, command_runner
 from sched_cmd._core import go_duration
 from sched_cmd._run import _GracefulRunner
 
@@ -38,7 +37,8 @@ def test_version_comes_from_the_distribution_metadata() -> None:
 
 def test_concrete_classes_are_final() -> None:
     """Concrete classes cannot be subclassed (typing.final)."""
-    assert getattr(_GracefulRunner, "__final__", False)
+    for cls in (_GracefulRunner, CompletedRun, GroupReport):
+        assert getattr(cls, "__final__", False), cls
 
 
 def test_default_grace_is_five_seconds() -> None:
@@ -73,9 +73,9 @@ def test_an_app_injects_a_fake_runner() -> None:
         capture_output: bool = False,
         logger: Any = None,
         **popen_kwargs: Any,
-    ) -> subprocess.CompletedProcess[Any]:
+    ) -> CompletedRun[Any]:
         calls.append(list(args))
-        return subprocess.CompletedProcess(args, 0, b"synced\n", b"")
+        return CompletedRun(args, 0, b"synced\n", b"")
 
     def sync_job(runner: CommandRunner, stop: threading.Event) -> bytes:
         result = runner(["rsync", "-a", "/src/", "remote:/dst/"], stop=stop, capture_output=True)

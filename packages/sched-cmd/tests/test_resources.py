@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import threading
-from _thread import LockType
 from collections.abc import Iterator
 from types import FrameType
 
 import pytest
 from sched_cmd_testkit import (
+    READY,
     SLEEP,
     TERM_EXITS,
     TERM_IGNORED,
@@ -23,10 +23,7 @@ from sched_cmd_testkit import (
 )
 
 import sched_cmd._child
-import sched_cmd._wakeup
 from sched_cmd import run
-
-READY = 'say(f"ready {os.getpid()}")\n'
 
 
 @pytest.fixture(params=["pidfd", "waiter-thread"])
@@ -117,25 +114,8 @@ def _watchers() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name == "sched_cmd stop watcher"}
 
 
-def test_a_stop_event_is_watched_without_a_thread_on_this_python() -> None:
-    """The hook in Event.set() fires here, so no helper thread is started for the event."""
-    before = _watchers()
-    with report() as pipe:
-        stop = threading.Event()
-        on_ready(pipe, lambda _pid: stop.set())
-        result = run(child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, pass_fds=[pipe.write_fd])
-        assert ["got SIGTERM"] == pipe.rest()
-    assert -signal.SIGTERM == result.returncode
-    assert before == _watchers()
-    assert 0 == run(["true"], stop=threading.Event()).returncode
-    assert before == _watchers()
-
-
-def test_the_fallback_watcher_thread_stops_runs_and_ends_once_the_event_is_set(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Where the hook is unavailable, one helper thread per event wakes its runs, then ends."""
-    monkeypatch.setattr(sched_cmd._wakeup, "_hook", lambda event, wakeup: None)
+def test_runs_sharing_a_stop_event_share_one_helper_thread_which_ends_when_it_is_set() -> None:
+    """One helper thread per distinct event, whatever the number of runs; it ends once set."""
     stop = threading.Event()
     before = _watchers()
     run(["true"], stop=stop)
@@ -148,29 +128,7 @@ def test_the_fallback_watcher_thread_stops_runs_and_ends_once_the_event_is_set(
     assert -signal.SIGTERM == result.returncode
     mine.join(30)
     assert not mine.is_alive()
-
-
-def test_an_interpreter_whose_set_skips_foreign_waiters_gets_the_helper_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Where Event.set() would not call the hook (the attributes look right, the behaviour
-    differs, as a future threading might), the helper thread still stops the run."""
-
-    def notify_locks_only(self: threading.Condition, n: int = 1) -> None:
-        # Wakes only real lock waiters, as a C-level Condition would.
-        for waiter in [w for w in self._waiters if isinstance(w, LockType)][:n]:  # type: ignore[attr-defined]
-            waiter.release()
-            self._waiters.remove(waiter)  # type: ignore[attr-defined]
-
-    monkeypatch.setattr(threading.Condition, "notify", notify_locks_only)
-    stop = threading.Event()
-    with report() as pipe:
-        on_ready(pipe, lambda _pid: stop.set())
-        result = run(
-            child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, timeout=10, pass_fds=[pipe.write_fd]
-        )
-        assert ["got SIGTERM"] == pipe.rest()
-    assert -signal.SIGTERM == result.returncode
+    assert before == _watchers()
 
 
 def test_an_event_subclass_overriding_set_is_watched_by_the_helper_thread() -> None:
@@ -192,7 +150,7 @@ def test_an_event_subclass_overriding_set_is_watched_by_the_helper_thread() -> N
         assert not thread.is_alive()
 
 
-def test_an_event_hook_removed_after_the_run_leaves_the_event_working() -> None:
+def test_the_stop_event_works_as_usual_after_runs() -> None:
     """After runs finish, the stop event still sets, waits and clears normally."""
     stop = threading.Event()
     run(["true"], stop=stop)

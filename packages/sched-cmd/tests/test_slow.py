@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sched_cmd_testkit import (
     DEADLINE,
+    READY,
     SLEEP,
     TERM_EXITS,
     TERM_IGNORED,
@@ -23,8 +24,6 @@ from sched_cmd_testkit import (
 from sched_cmd import run
 
 pytestmark = pytest.mark.slow
-
-READY = 'say(f"ready {os.getpid()}")\n'
 
 
 def _output(size: int) -> str:

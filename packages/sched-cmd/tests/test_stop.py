@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sched_cmd_testkit import (
     DEADLINE,
+    READY,
     SLEEP,
     TERM_EXITS,
     TERM_IGNORED,
@@ -28,8 +29,6 @@ from sched_cmd_testkit import (
 
 import sched_cmd
 from sched_cmd import run
-
-READY = 'say(f"ready {os.getpid()}")\n'
 
 
 def _stop_when_ready(pipe: Report) -> threading.Event:

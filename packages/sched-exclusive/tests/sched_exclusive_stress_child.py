@@ -1,15 +1,19 @@
 """A child process of the stress test: fires requests and journals every step.
 
-Usage: ``python -u sched_exclusive_stress_child.py DIR JOURNAL TAG CAPACITY SEED MODE [COUNT]``
+Usage: ``python -u sched_exclusive_stress_child.py WHERE JOURNAL TAG CAPACITY SEED MODE [COUNT]``
+
+``WHERE`` is the lock directory, or ``postgres:NAME`` for a job name in the
+database ``SCHED_TEST_POSTGRES`` names.
 
 The journal is one append-only file shared by every process. Each line is
 written with a single ``write(2)`` on an ``O_APPEND`` descriptor, so lines
 never interleave and their order in the file is the order they happened:
 
 * ``start TAG`` / ``end TAG``: a job began / finished (written inside the job);
-* ``cnt TAG N M``: a counter transaction changed N into M, written inside the
-  transaction (under the counter's flock), so its place in the file is the
-  transaction's place in the counter's history;
+* ``cnt TAG N M``: a counter transaction changed N into M, written while the
+  journal's own flock is held around the whole transaction (every process's
+  counter changes go through it), so its place in the file is the
+  transaction's place in the counter's history, whatever the backend;
 * ``log TAG MESSAGE``: a coalescing log line of WARNING level or above;
 * ``res TAG OUTCOME``: a call returned.
 
@@ -20,6 +24,7 @@ and ``requester`` serve phase 2 (see the test), one command line at a time.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import random
@@ -28,13 +33,13 @@ import time
 from collections.abc import Callable
 
 from sched_exclusive import Exclusive, ExclusiveError, Outcome
-from sched_exclusive._files import FileBackend
-from sched_lock import Lock
+from sched_exclusive._backend import Backend, Change, Lease
 
 
 class Journal:
     def __init__(self, path: str, tag: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.path = path
         self.tag = tag
 
     def write(self, *words: object) -> None:
@@ -44,9 +49,13 @@ class Journal:
 
 
 class JitteredLease:
-    def __init__(self, inner: Lock, jitter: Callable[[], None]) -> None:
+    def __init__(self, inner: Lease, jitter: Callable[[], None]) -> None:
         self.inner = inner
         self.jitter = jitter
+
+    @property
+    def locked(self) -> bool:
+        return self.inner.locked
 
     def unlock(self) -> None:
         self.jitter()  # widen the window between the last look and the release
@@ -55,7 +64,7 @@ class JitteredLease:
 
 
 class Journaled:
-    """The real backend, journaling each counter change inside its transaction.
+    """The real backend, journaling each counter change in the counter's history order.
 
     It also waits a random few microseconds after each failed probe and
     after each release, which widens the race windows the rules exist for
@@ -63,10 +72,12 @@ class Journaled:
     release) so that the races happen often.
     """
 
-    def __init__(self, directory: str, journal: Journal, rng: random.Random) -> None:
-        self.inner = FileBackend(directory)
+    def __init__(self, inner: Backend, journal: Journal, rng: random.Random) -> None:
+        self.inner = inner
         self.journal = journal
         self.rng = rng
+        # Held around each counter change and its journal line, by every process.
+        self.order = os.open(journal.path + ".order", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     def jitter(self) -> None:
         spin(self.rng.randrange(0, 80))
@@ -81,14 +92,15 @@ class Journaled:
     def read_counter(self) -> int:
         return self.inner.read_counter()
 
-    def update_counter(self, fn: Callable[[int], int]) -> int:
-        def journaled(count: int) -> int:
-            after = fn(count)
-            if after != count:
-                self.journal.write("cnt", count, after)
-            return after
-
-        return self.inner.update_counter(journaled)
+    def update_counter(self, fn: Change) -> int:
+        fcntl.flock(self.order, fcntl.LOCK_EX)
+        try:
+            before = self.inner.update_counter(fn)
+            if fn(before) != before:
+                self.journal.write("cnt", before, fn(before))
+            return before
+        finally:
+            fcntl.flock(self.order, fcntl.LOCK_UN)
 
 
 class JournalHandler(logging.Handler):
@@ -108,15 +120,19 @@ def spin(microseconds: int) -> None:
 
 
 def main() -> None:
-    directory, journal_path, tag, capacity, seed, mode = sys.argv[1:7]
+    where, journal_path, tag, capacity, seed, mode = sys.argv[1:7]
     count = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     rng = random.Random(int(seed))
     journal = Journal(journal_path, tag)
     logger = logging.getLogger(f"stress.{tag}")
     logger.addHandler(JournalHandler(journal))
     logger.propagate = False
-    ex = Exclusive(directory, logger=logger, queue_capacity=int(capacity))
-    ex._backend = Journaled(directory, journal, random.Random(rng.random()))
+    if where.startswith("postgres:"):
+        dsn = os.environ["SCHED_TEST_POSTGRES"]
+        ex = Exclusive.postgres(dsn, where[9:], logger=logger, queue_capacity=int(capacity))
+    else:
+        ex = Exclusive(where, logger=logger, queue_capacity=int(capacity))
+    ex._backend = Journaled(ex._backend, journal, random.Random(rng.random()))
 
     def call(queue: bool, job: Callable[[], None]) -> None:
         try:

@@ -1,28 +1,208 @@
 """Helpers shared by sched-exclusive's tests.
 
-* :class:`Hooked` wraps the real flock backend (real files throughout) and
-  runs one-shot callbacks at the step boundaries the coalescing rules care
-  about: after a lock probe, before and after a release. That is how a test
-  places "another process" exactly in a race window, in one process: another
-  holder is a second open of the lock file (:func:`sched_lock.try_lock`),
-  another requester is a second :class:`Exclusive` on the same directory.
+* A *world* is one backend's real coordination, as the tests see it: a
+  directory (:class:`FlockWorld`) or a job name in a real PostgreSQL database
+  (:class:`PgWorld`). It makes coordinators, takes the lock as another
+  holder would (a second open of ``cycle.lock``; another session's advisory
+  lock), and reads and writes the counter behind the library's back. The
+  ``world`` fixture (``conftest.py``) runs a test once per backend.
+* :class:`Hooked` wraps a coordinator's real backend and runs one-shot
+  callbacks at the step boundaries the coalescing rules care about: after a
+  lock probe, before and after a release. That is how a test places "another
+  process" exactly in a race window, in one process: another holder is the
+  world's second lock, another requester a second coordinator.
 * :class:`Child` is a Python child process spoken to line by line.
+* :class:`Interrupter` raises a KeyboardInterrupt at the n-th point inside the
+  library where a signal handler could raise one, to prove that none of them
+  leaks a held lock.
 """
 
 from __future__ import annotations
 
+import dis
 import os
 import select
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import final
+from types import CodeType, FrameType, FunctionType, ModuleType
+from typing import Any, Protocol, final
 
-from sched_exclusive import Exclusive
-from sched_exclusive._backend import Lease
-from sched_exclusive._files import FileBackend
+from sched_exclusive import Exclusive, advisory_key
+from sched_exclusive._backend import Backend, Change, Lease
+from sched_exclusive._files import parse_count
+from sched_lock import try_lock
+
+#: A libpq connection string to a database the tests may use, or unset.
+POSTGRES_DSN = os.environ.get("SCHED_TEST_POSTGRES", "")
+#: Set (by ``nox -s postgres`` and CI) when a missing server must fail, not skip.
+POSTGRES_REQUIRED = os.environ.get("SCHED_TEST_POSTGRES_REQUIRED") == "1"
+
+
+class Held(Protocol):
+    """Another holder's lock."""
+
+    def unlock(self) -> None: ...
+
+
+class World(Protocol):
+    """One backend's real coordination, as a test sees it."""
+
+    #: ``"flock"`` or ``"postgres"``.
+    kind: str
+    #: The ``extra`` field every coalescing line carries, and its value.
+    field: str
+    label: str
+
+    def exclusive(self, **kwargs: Any) -> Exclusive: ...
+    def try_hold(self) -> Held | None: ...
+    def hold(self) -> Held: ...
+    def lock_is_free(self) -> bool: ...
+    def counter(self) -> int: ...
+    def set_counter(self, count: int) -> None: ...
+    def write_raw(self, content: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
+@final
+class FlockWorld:
+    """A directory: the lock file and the counter file."""
+
+    kind = "flock"
+    field = "dir"
+
+    def __init__(self, directory: str) -> None:
+        self.dir = self.label = directory
+        self._held: list[Held] = []  # referenced: a collected Lock releases itself
+
+    def exclusive(self, **kwargs: Any) -> Exclusive:
+        return Exclusive(self.dir, **kwargs)
+
+    def try_hold(self) -> Held | None:
+        lock = try_lock(Path(self.dir, "cycle.lock"))
+        if lock is not None:
+            self._held.append(lock)
+        return lock
+
+    def hold(self) -> Held:
+        held = self.try_hold()
+        assert held is not None, "the cycle lock is busy"
+        return held
+
+    def lock_is_free(self) -> bool:
+        lock = try_lock(Path(self.dir, "cycle.lock"))
+        if lock is None:
+            return False
+        lock.unlock()
+        return True
+
+    def counter(self) -> int:
+        return parse_count(read_counter_file(self.dir))
+
+    def set_counter(self, count: int) -> None:
+        Path(self.dir, "cycle.queued").write_bytes(b"%d\n" % count)
+
+    def write_raw(self, content: bytes) -> None:
+        Path(self.dir, "cycle.queued").write_bytes(content)
+
+    def close(self) -> None:
+        for held in self._held:
+            held.unlock()
+
+
+@final
+class PgHeld:
+    """Another session's advisory lock; unlocking releases it, then closes the session.
+
+    (Closing alone releases it too, but only once the server has processed the
+    goodbye, a moment later: a test that looks at once would see it held.)
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def unlock(self) -> None:
+        if not self.conn.closed:
+            self.conn.execute("SELECT pg_advisory_unlock_all()")
+            self.conn.close()
+
+
+@final
+class PgWorld:
+    """A fresh job name in a real PostgreSQL database."""
+
+    kind = "postgres"
+    field = "job"
+
+    def __init__(self, dsn: str, name: str | None = None) -> None:
+        self.dsn = dsn
+        self.name = self.label = name or f"test-{uuid.uuid4().hex[:12]}"
+        self.key = advisory_key(self.name)
+        self.conn = self._connect()
+        self.exclusive().pending()  # the table exists from here on
+        self._held: list[PgHeld] = []
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def exclusive(self, **kwargs: Any) -> Exclusive:
+        return Exclusive.postgres(self.dsn, self.name, **kwargs)
+
+    def try_hold(self) -> Held | None:
+        conn = self._connect()
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+        if not (row and row[0]):
+            conn.close()
+            return None
+        held = PgHeld(conn)
+        self._held.append(held)
+        return held
+
+    def hold(self) -> Held:
+        held = self.try_hold()
+        assert held is not None, "the cycle lock is busy"
+        return held
+
+    def lock_is_free(self) -> bool:
+        row = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+        if row and row[0]:
+            self.conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+            return True
+        return False
+
+    def counter(self) -> int:
+        row = self.conn.execute(
+            "SELECT queued FROM sched_exclusive WHERE name = %s", (self.name,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def set_counter(self, count: int) -> None:
+        self.conn.execute(
+            "INSERT INTO sched_exclusive (name, queued) VALUES (%s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET queued = EXCLUDED.queued",
+            (self.name, count),
+        )
+
+    def write_raw(self, content: bytes) -> None:
+        self.set_counter(parse_count(content))  # a row holds what the file would parse as
+
+    def close(self) -> None:
+        for held in self._held:
+            held.unlock()
+        self.conn.close()
+
+
+def close_postgres_sessions() -> None:
+    """Close the idle sessions every ``Exclusive.postgres`` of this process pooled."""
+    import sched_exclusive._postgres as postgres
+
+    postgres._close_idle_sessions()
+
 
 DEADLINE = 30.0
 """A generous upper bound for a child's answer; never the thing under test."""
@@ -37,15 +217,22 @@ class HookedLease:
         self._inner = inner
         self._released = False
 
+    @property
+    def locked(self) -> bool:
+        return self._inner.locked
+
     def unlock(self) -> None:
-        if self._released:
-            return
+        # Like a real lease, a second call still releases: one interrupted
+        # inside a hook must not leave the lock held. The hooks run once.
+        first = not self._released
         self._released = True
-        self._owner.releases += 1
-        ordinal = self._owner.releases
-        hook = self._owner.before_release.pop(ordinal, None)
-        if hook is not None:
-            hook()
+        ordinal = 0
+        if first:
+            self._owner.releases += 1
+            ordinal = self._owner.releases
+            hook = self._owner.before_release.pop(ordinal, None)
+            if hook is not None:
+                hook()
         self._inner.unlock()
         hook = self._owner.after_release.pop(ordinal, None)
         if hook is not None:
@@ -54,7 +241,7 @@ class HookedLease:
 
 @final
 class Hooked:
-    """The real file backend with one-shot hooks keyed by call ordinal (from 1).
+    """A real backend with one-shot hooks keyed by call ordinal (from 1).
 
     Attributes:
         after_probe: run after the n-th ``try_acquire`` returned.
@@ -64,8 +251,8 @@ class Hooked:
             counted together) that raise this OSError.
     """
 
-    def __init__(self, directory: str) -> None:
-        self.inner = FileBackend(directory)
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
         self.probes = 0
         self.releases = 0
         self.counter_calls = 0
@@ -96,14 +283,14 @@ class Hooked:
         self._counter_call()
         return self.inner.read_counter()
 
-    def update_counter(self, fn: Callable[[int], int]) -> int:
+    def update_counter(self, fn: Change) -> int:
         self._counter_call()
         return self.inner.update_counter(fn)
 
 
 def hooked(ex: Exclusive) -> Hooked:
-    """Swap ``ex``'s backend for a :class:`Hooked` one on the same directory."""
-    backend = Hooked(ex.dir)
+    """Wrap ``ex``'s backend in a :class:`Hooked` one."""
+    backend = Hooked(ex._backend)
     ex._backend = backend
     return backend
 
@@ -174,3 +361,112 @@ class Child:
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
+
+
+#: Calls after which CPython runs pending signal handlers (its "eval breaker"
+#: checks): a handler's exception surfaces as a call returns, at a loop's
+#: backward jump, or as a function starts or a generator resumes.
+_BREAKERS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+
+
+def library_code(*modules: ModuleType) -> frozenset[CodeType]:
+    """Every code object (nested ones included) defined in ``modules``."""
+    found: set[CodeType] = set()
+    pending = [
+        value.__code__
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, FunctionType)
+    ]
+    pending += [
+        member.__code__
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == module.__name__
+        for member in [
+            *vars(value).values(),
+            *(p.fget for p in vars(value).values() if isinstance(p, property)),
+        ]
+        if isinstance(member, FunctionType)
+    ]
+    while pending:
+        code = pending.pop()
+        if code not in found:
+            found.add(code)
+            pending.extend(c for c in code.co_consts if isinstance(c, CodeType))
+    return frozenset(found)
+
+
+def _finalizing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` (where CPython swallows exceptions)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@final
+class Interrupter:
+    """Raise KeyboardInterrupt at the n-th point a signal handler could raise it.
+
+    Counts only the points inside ``codes`` (the library's own functions) and
+    only while no exception is being handled (a second interrupt during the
+    cleanup of a first is another matter). Used as a context manager around
+    one call; ``fired`` tells whether the n-th point was reached.
+    """
+
+    def __init__(self, codes: frozenset[CodeType], n: int) -> None:
+        self._codes = codes
+        self._n = n
+        self._seen = 0
+        # Per frame: the offset where the next instruction is a point (just
+        # after a call that returned, or anywhere after a backward jump).
+        self._next: dict[FrameType, int | None] = {}
+        self._ops: dict[CodeType, dict[int, int | None]] = {}
+        self.fired = False
+
+    def _after(self, code: CodeType, offset: int) -> int | None:
+        """Where a point follows the instruction at ``offset``: -1 anywhere, an
+        offset, or None."""
+        ops = self._ops.get(code)
+        if ops is None:
+            ops = self._ops[code] = {}
+            instructions = list(dis.get_instructions(code))
+            for here, following in zip(instructions, [*instructions[1:], None], strict=True):
+                if here.opname == "JUMP_BACKWARD":
+                    ops[here.offset] = -1
+                elif here.opname in _BREAKERS and following is not None:
+                    ops[here.offset] = following.offset  # returned normally, not raised
+        return ops.get(offset)
+
+    def _global(self, frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code not in self._codes or _finalizing(frame):
+            return None
+        # f_trace before f_trace_opcodes, or 3.12.1 sends no opcode events.
+        frame.f_trace = self._local
+        frame.f_trace_opcodes = True
+        self._next[frame] = -1  # a function starting or a generator resuming
+        return self._local
+
+    def _local(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            expected = self._next.get(frame)
+            point = expected in (-1, frame.f_lasti)
+            self._next[frame] = self._after(frame.f_code, frame.f_lasti)
+            if point and not self.fired and sys.exception() is None:
+                self._seen += 1
+                if self._seen == self._n:
+                    self.fired = True
+                    raise KeyboardInterrupt
+        elif event == "return":
+            self._next.pop(frame, None)
+        return self._local
+
+    def __enter__(self) -> Interrupter:
+        self._previous = sys.gettrace()
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(self._previous)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,6 +103,39 @@ def test_run_error_keeps_its_outcome_through_except_star() -> None:
     ]
 
 
+def test_run_error_attempts_follow_their_exceptions() -> None:
+    """Each exception keeps its attempt ordinal (0 the call's own run, n the n-th rerun,
+    None for the gate, lock or counter) through ``except*``, ``split`` and pickling, and
+    ``own`` is the own run's exception."""
+    own, rerun, counter = ValueError("own"), KeyError("rerun"), OSError(5, "counter")
+    group = RunError("cycle run failed", [own, rerun, counter], Outcome.RAN_QUEUED, [0, 1, None])
+    assert ((0, 1, None), own) == (group.attempts, group.own)
+    values, rest = group.split(ValueError)
+    assert isinstance(values, RunError)
+    assert isinstance(rest, RunError)
+    assert ((0,), own) == (values.attempts, values.own)
+    assert ((1, None), None) == (rest.attempts, rest.own)
+    copy = pickle.loads(pickle.dumps(group))
+    assert ((0, 1, None), "own") == (copy.attempts, str(copy.own))
+    seen: list[tuple[int | None, ...]] = []
+    try:
+        raise group
+    except* KeyError as keys:
+        seen.append(getattr(keys, "attempts", ()))
+    except* Exception as others:
+        seen.append(getattr(others, "attempts", ()))
+    assert [(1,), (0, None)] == seen
+
+
+def test_run_error_attempts_default_and_check() -> None:
+    """Without ordinals every attempt is unknown (None) and nothing is the own run's;
+    ordinals that do not match the exceptions one for one are refused."""
+    group = RunError("cycle run failed", [ValueError("a")], Outcome.RAN)
+    assert ((None,), None) == (group.attempts, group.own)
+    with pytest.raises(ValueError, match="one attempt per exception"):
+        RunError("cycle run failed", [ValueError("a")], Outcome.RAN, [0, 1])
+
+
 def test_errors_pickle_with_their_outcome() -> None:
     """Both errors survive pickling with their outcome and details."""
     group = RunError("cycle run failed", [ValueError("a")], Outcome.RAN)
@@ -119,3 +154,15 @@ def test_coordination_error_without_errno() -> None:
     """An OSError without errno still converts, keeping its text."""
     error = CoordinationError.from_os_error(OSError("odd failure"), Outcome.NONE)
     assert ("odd failure", Outcome.NONE) == (str(error), error.outcome)
+
+
+def test_the_import_loads_no_driver() -> None:
+    """``import sched_exclusive`` loads neither psycopg nor anything the backend needs."""
+    code = (
+        "import sys, sched_exclusive; "
+        "print(sorted(m for m in ('psycopg', 'asyncio', 'hashlib', 'socket', 'selectors', "
+        "'concurrent.futures', 'sched_exclusive._postgres', 'sched_exclusive._durations') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, check=True)
+    assert b"[]\n" == out.stdout

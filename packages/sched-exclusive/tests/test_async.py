@@ -1,28 +1,19 @@
-"""The asyncio twins: the same rules, the job awaited on the loop."""
+"""The asyncio twins: the same rules, the job awaited on the loop, on each backend."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
+from sched_exclusive_testkit import World
 
-from sched_exclusive import Exclusive, Outcome, RunError
-from sched_lock import try_lock
-
-
-def lock_is_free(directory: Path) -> bool:
-    lock = try_lock(directory / "cycle.lock")
-    if lock is None:
-        return False
-    lock.unlock()
-    return True
+from sched_exclusive import Outcome, RunError
 
 
-def test_arun_runs_and_reruns(tmp_path: Path) -> None:
+def test_arun_runs_and_reruns(world: World) -> None:
     """arun awaits the job, then once per request queued meanwhile (by another process's twin)."""
     runs = 0
-    other = Exclusive(tmp_path)
+    other = world.exclusive()
 
     async def job() -> None:
         nonlocal runs
@@ -33,13 +24,13 @@ def test_arun_runs_and_reruns(tmp_path: Path) -> None:
             assert Outcome.QUEUED == await other.arun(job)
 
     async def main() -> Outcome:
-        return await Exclusive(tmp_path).arun(job)
+        return await world.exclusive().arun(job)
 
     assert Outcome.RAN_QUEUED == asyncio.run(main(), debug=True)
     assert 2 == runs
 
 
-def test_arun_or_skip_skips_while_busy(tmp_path: Path) -> None:
+def test_arun_or_skip_skips_while_busy(world: World) -> None:
     """arun_or_skip skips while another holder runs, and runs when the lock is free."""
     calls: list[str] = []
 
@@ -47,9 +38,8 @@ def test_arun_or_skip_skips_while_busy(tmp_path: Path) -> None:
         calls.append("ran")
 
     async def main() -> tuple[Outcome, Outcome]:
-        ex = Exclusive(tmp_path)
-        holder = try_lock(ex.lock_path)
-        assert holder is not None
+        ex = world.exclusive()
+        holder = world.hold()
         skipped = await ex.arun_or_skip(job)
         holder.unlock()
         return skipped, await ex.arun_or_skip(job)
@@ -58,19 +48,19 @@ def test_arun_or_skip_skips_while_busy(tmp_path: Path) -> None:
     assert ["ran"] == calls
 
 
-def test_arun_collects_job_failures(tmp_path: Path) -> None:
+def test_arun_collects_job_failures(world: World) -> None:
     """A failing coroutine job gives RunError with outcome ran."""
 
     async def job() -> None:
         raise ValueError("nope")
 
     with pytest.raises(RunError) as caught:
-        asyncio.run(Exclusive(tmp_path).arun(job), debug=True)
+        asyncio.run(world.exclusive().arun(job), debug=True)
     assert Outcome.RAN == caught.value.outcome
-    assert lock_is_free(tmp_path)
+    assert world.lock_is_free()
 
 
-def test_cancellation_releases_the_lock(tmp_path: Path) -> None:
+def test_cancellation_releases_the_lock(world: World) -> None:
     """Cancelling the task mid-job releases the lock and propagates CancelledError."""
     started = asyncio.Event()
 
@@ -79,18 +69,18 @@ def test_cancellation_releases_the_lock(tmp_path: Path) -> None:
         await asyncio.Event().wait()
 
     async def main() -> bool:
-        task = asyncio.create_task(Exclusive(tmp_path).arun(job))
+        task = asyncio.create_task(world.exclusive().arun(job))
         await started.wait()
-        assert not lock_is_free(tmp_path)
+        assert not world.lock_is_free()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        return lock_is_free(tmp_path)
+        return world.lock_is_free()
 
     assert asyncio.run(main(), debug=True)
 
 
-def test_two_tasks_coalesce(tmp_path: Path) -> None:
+def test_two_tasks_coalesce(world: World) -> None:
     """Two tasks of one loop: the second queues while the first runs, and is served."""
     gate = asyncio.Event()
     running = asyncio.Event()
@@ -104,7 +94,7 @@ def test_two_tasks_coalesce(tmp_path: Path) -> None:
             await gate.wait()
 
     async def main() -> list[Outcome]:
-        ex = Exclusive(tmp_path)
+        ex = world.exclusive()
         first = asyncio.create_task(ex.arun(job))
         await running.wait()  # the first run holds the lock
         second = await ex.arun(job)

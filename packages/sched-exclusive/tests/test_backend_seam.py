@@ -7,12 +7,15 @@ non-blocking exclusive lock and an atomic counter transaction.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable
 from typing import final
 
-from sched_exclusive import Outcome
+import pytest
+
+from sched_exclusive import Outcome, RunError
 from sched_exclusive._backend import Backend
 from sched_exclusive._coalesce import Lines, coalesce
 from sched_exclusive._exclusive import _drive
@@ -24,6 +27,11 @@ class MemoryLease:
 
     def __init__(self, lock: threading.Lock) -> None:
         self._lock: threading.Lock | None = lock
+        self.lost = False
+
+    @property
+    def locked(self) -> bool:
+        return self._lock is not None and not self.lost
 
     def unlock(self) -> None:
         if self._lock is not None:
@@ -82,3 +90,33 @@ def test_the_rules_run_over_a_memory_backend() -> None:
 
     assert Outcome.RAN_QUEUED == request(backend, relentless)
     assert 1 == backend.count  # deferred past the cap of 8 reruns
+
+
+def test_a_lost_lease_stops_the_reruns() -> None:
+    """A lease that no longer holds the lock (a backend whose lock can be lost, such as a
+    database session that dropped) stops the reruns with an ENOLCK error: no run starts
+    unguarded, and the queued demand stays recorded."""
+    backend = MemoryBackend()
+    leases: list[MemoryLease] = []
+    real_acquire = backend.try_acquire
+
+    def acquire() -> MemoryLease | None:
+        lease = real_acquire()
+        if lease is not None:
+            leases.append(lease)
+        return lease
+
+    backend.try_acquire = acquire  # type: ignore[method-assign]
+    runs = 0
+
+    def job() -> None:
+        nonlocal runs
+        runs += 1
+        backend.count = 1  # a request queued meanwhile
+        leases[0].lost = True  # and the lock lost under the holder
+
+    with pytest.raises(RunError) as caught:
+        request(backend, job)
+    assert Outcome.RAN == caught.value.outcome
+    assert [errno.ENOLCK] == [getattr(e, "errno", None) for e in caught.value.exceptions]
+    assert (1, 1) == (runs, backend.count)

@@ -35,14 +35,6 @@ def directory(tmp_path: Path) -> str:
     return str(tmp_path)
 
 
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    spawned: list[Child] = []
-    yield spawned
-    for child in spawned:
-        child.reap()
-
-
 def test_a_request_during_another_process_run_is_served_by_it(
     directory: str, children: list[Child]
 ) -> None:
@@ -172,3 +164,83 @@ def test_coordination_error_is_an_os_error(tmp_path: Path) -> None:
     with pytest.raises(OSError, match=r"cycle\.lock") as caught:
         Exclusive(tmp_path / "nope").run(lambda: None)
     assert isinstance(caught.value, CoordinationError)
+
+
+# A holder whose first run forks. The forked child either ends with sys.exit()
+# (unwinding through its copy of the holder's stack, as the daemonize recipe
+# does) or returns from the job (carrying on in the caller's code); the
+# holder waits for it, says so, and waits again.
+FORKING_HOLDER = """
+import os, sys
+from sched_exclusive import Exclusive
+holder = os.getpid()
+runs = []
+def job():
+    runs.append(os.getpid())
+    if len(runs) == 1:
+        print("running", flush=True)
+        mode = sys.stdin.readline().strip()
+        pid = os.fork()
+        if pid == 0:
+            if mode == "exit":
+                sys.exit(0)
+            return
+        _, status = os.waitpid(pid, 0)
+        print("forked child exited", os.waitstatus_to_exitcode(status), flush=True)
+        sys.stdin.readline()
+outcome = Exclusive(sys.argv[1]).run(job)
+if os.getpid() != holder:
+    print("forked child", outcome, len(runs), flush=True)
+    os._exit(0)
+print(outcome, len(runs), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["exit", "return"])
+def test_a_forked_child_never_releases_the_lock_nor_touches_the_counter(
+    directory: str, children: list[Child], mode: str
+) -> None:
+    """A job that forks: the child, whether it ends with sys.exit() or returns from the
+    job, leaves the lock and the queued demand to the holder. No other process can start
+    a run meanwhile, and the holder serves the request queued before the fork."""
+    holder = Child(FORKING_HOLDER, directory)
+    children.append(holder)
+    assert "running" == holder.read_line()
+    ex = Exclusive(directory)
+    assert Outcome.QUEUED == ex.run(lambda: pytest.fail("must not run here"))
+    holder.write_line(mode)
+    if mode == "return":
+        assert "forked child ran 1" == holder.read_line()  # no rerun in the child
+    assert "forked child exited 0" == holder.read_line()
+    assert Outcome.SKIPPED == ex.run_or_skip(lambda: pytest.fail("must not run here"))
+    assert 1 == ex.pending()  # still queued, for the holder
+    holder.write_line("")
+    assert "ran-queued 2" == holder.read_line()
+    assert 0 == holder.finish()
+    assert 0 == ex.pending()
+
+
+POOL_HOLDER = """
+import multiprocessing, sys
+from sched_exclusive import Exclusive
+def job():
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        squares = pool.map(abs, [-2, -3, -4])
+    print("pool done", squares, flush=True)
+    sys.stdin.readline()
+print(Exclusive(sys.argv[1]).run(job), flush=True)
+"""
+
+
+def test_a_fork_pool_inside_the_job_keeps_the_lock(directory: str, children: list[Child]) -> None:
+    """A multiprocessing fork pool used inside the job (its workers are forked from the
+    holder) leaves the lock held by the holder until the job ends."""
+    holder = Child(POOL_HOLDER, directory)
+    children.append(holder)
+    assert "pool done [2, 3, 4]" == holder.read_line()
+    ex = Exclusive(directory)
+    assert Outcome.SKIPPED == ex.run_or_skip(lambda: pytest.fail("must not run here"))
+    holder.write_line("")
+    assert "ran" == holder.read_line()
+    assert 0 == holder.finish()
+    assert Outcome.RAN == ex.run_or_skip(lambda: None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,14 +47,6 @@ code = main(["status", sys.argv[1], "--json"])
 print(json.dumps(seen), file=sys.stderr)
 sys.exit(code)
 """
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    spawned: list[Child] = []
-    yield spawned
-    for child in spawned:
-        child.reap()
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -100,7 +93,7 @@ def test_running_holder_is_reported_without_taking_the_lock(
     assert report["running_for"].endswith("s")
     # Only shared flocks (the counter's); the lock file opened read-only, never created.
     events = json.loads(done.stderr)
-    assert [fcntl.LOCK_SH] == [arg for kind, arg in events if kind == "flock"]
+    assert [fcntl.LOCK_SH | fcntl.LOCK_NB] == [arg for kind, arg in events if kind == "flock"]
     lock_opens = [arg for kind, arg in events if kind == "open-lock"]
     assert lock_opens, "the holder line is read"
     assert all(flags & (os.O_ACCMODE | os.O_CREAT) == os.O_RDONLY for flags in lock_opens)
@@ -143,6 +136,80 @@ def test_garbage_files_read_as_unknown_and_zero(tmp_path: Path) -> None:
     (tmp_path / "cycle.queued").write_bytes(b"-7\n")
     snapshot = status(str(tmp_path))
     assert ("idle", None, 0) == (snapshot.state, snapshot.since, snapshot.pending)
+
+
+def test_a_directory_as_cycle_lock_reads_as_unknown_age(tmp_path: Path) -> None:
+    """A directory in place of cycle.lock: the report says the holder age is unknown and
+    why, instead of failing (read_holder never raises)."""
+    (tmp_path / "cycle.lock").mkdir()
+    done = cli("status", str(tmp_path))
+    assert (0, f"{tmp_path}: idle; 0 queued requests\n") == (done.returncode, done.stdout)
+    assert (
+        f"python -m sched_exclusive status: note: {tmp_path}/cycle.lock is a directory, "
+        "not a regular file: the holder age is unknown\n"
+    ) == done.stderr
+
+
+def test_a_fifo_as_cycle_lock_never_blocks(tmp_path: Path) -> None:
+    """A FIFO in place of cycle.lock: answered at once (no wait for a writer), the holder
+    age unknown, with a note saying why."""
+    os.mkfifo(tmp_path / "cycle.lock")
+    done = cli("status", str(tmp_path), "--json")
+    assert 0 == done.returncode
+    assert (None, "idle") == (json.loads(done.stdout)["since"], json.loads(done.stdout)["state"])
+    assert "cycle.lock is a FIFO, not a regular file: the holder age is unknown" in done.stderr
+
+
+def test_a_fifo_as_cycle_queued_is_a_clear_error(tmp_path: Path) -> None:
+    """A FIFO in place of cycle.queued: a clear message and exit status 1, at once,
+    instead of hanging for a writer."""
+    os.mkfifo(tmp_path / "cycle.queued")
+    done = cli("status", str(tmp_path))
+    assert (1, "") == (done.returncode, done.stdout)
+    assert (
+        f"python -m sched_exclusive status: {tmp_path}/cycle.queued is a FIFO, "
+        "not a regular file: Exclusive cannot use it as its counter\n"
+    ) == done.stderr
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a socket"])
+def test_other_non_regular_counters_are_clear_errors(tmp_path: Path, kind: str) -> None:
+    """A directory or a socket in place of cycle.queued: a clear message, exit status 1."""
+    counter = tmp_path / "cycle.queued"
+    with socket.socket(socket.AF_UNIX) as server:
+        if kind == "a socket":
+            server.bind(str(counter))
+        else:
+            counter.mkdir()
+        done = cli("status", str(tmp_path))
+    assert 1 == done.returncode
+    assert f"{counter} is {kind}, not a regular file" in done.stderr
+
+
+def test_a_stuck_counter_transaction_is_reported(tmp_path: Path, children: list[Child]) -> None:
+    """A process stuck inside a counter transaction (it holds the counter's flock and
+    never lets go): status reports it after a bounded wait instead of blocking."""
+    counter = tmp_path / "cycle.queued"
+    counter.write_bytes(b"1\n")
+    code = f"""
+import fcntl, os, sys
+fd = os.open({str(counter)!r}, os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+    stuck = Child(code)
+    children.append(stuck)
+    assert "locked" == stuck.read_line()
+    done = cli("status", str(tmp_path))
+    assert (1, "") == (done.returncode, done.stdout)
+    assert (
+        f"python -m sched_exclusive status: {counter} stayed locked for a second by a counter "
+        "transaction that does not end (a stopped process?)\n"
+    ) == done.stderr
+    stuck.write_line("")
+    assert 0 == stuck.finish()
+    assert f"{tmp_path}: idle; 1 queued request\n" == cli("status", str(tmp_path)).stdout
 
 
 LOCKS = """1: POSIX  ADVISORY  WRITE 10 fe:00:{ino} 0 EOF

@@ -1,4 +1,7 @@
-"""Several processes hammer one directory; an append-only journal proves the rules held.
+"""Several processes hammer one job; an append-only journal proves the rules held.
+
+It runs on each backend: one directory, and one name in a real PostgreSQL
+database.
 
 Phase 1 (storm): each child fires a few hundred ``run``/``run_or_skip`` calls
 with short random jobs, some failing. Phase 2 (races): one request at a time
@@ -24,9 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from sched_exclusive_testkit import Child
-
-from sched_exclusive import Exclusive
+from sched_exclusive_testkit import Child, World
 
 SOAK = os.environ.get("SCHED_SOAK") == "1"
 SCALE = 10 if SOAK else 1
@@ -104,11 +105,16 @@ def check_journal(lines: list[str], capacity: int, final_count: int) -> Verdict:
     return verdict
 
 
-def spawn(directory: Path, journal: Path, tag: str, capacity: int, seed: int, *mode: str) -> Child:
+def where(world: World) -> str:
+    """How the child names the job: the directory, or ``postgres:NAME``."""
+    return world.label if world.kind == "flock" else f"postgres:{world.label}"
+
+
+def spawn(world: World, journal: Path, tag: str, capacity: int, seed: int, *mode: str) -> Child:
     return Child(  # the child script is a file: run it as __main__
         RUN_SCRIPT,
         CHILD,
-        str(directory),
+        where(world),
         str(journal),
         tag,
         str(capacity),
@@ -120,19 +126,17 @@ def spawn(directory: Path, journal: Path, tag: str, capacity: int, seed: int, *m
 @pytest.mark.slow
 @pytest.mark.timeout(1800 if SOAK else 120)
 @pytest.mark.parametrize("capacity", [1, 3])
-def test_storm_then_races(tmp_path: Path, capacity: int) -> None:
+def test_storm_then_races(world: World, tmp_path: Path, capacity: int) -> None:
     """Phase 1: no overlap, bounded counter, every request served or deferred.
     Phase 2: a request racing a run's end is always served; nothing left pending."""
     seed = random.randrange(2**32)
     journal = tmp_path / "journal"
-    directory = tmp_path / "dir"
-    directory.mkdir()
     children: list[Child] = []
     try:
         for index in range(4):
             children.append(
                 spawn(
-                    directory,
+                    world,
                     journal,
                     f"p{index}",
                     capacity,
@@ -148,7 +152,7 @@ def test_storm_then_races(tmp_path: Path, capacity: int) -> None:
         for child in children:
             while (line := child.read_line()) != "done":
                 assert line in {"ran", "ran-queued", "queued", "discarded", "skipped"}, line
-        ex = Exclusive(directory, queue_capacity=capacity)
+        ex = world.exclusive(queue_capacity=capacity)
         storm = check_journal(journal.read_text().splitlines(), capacity, ex.pending())
         assert 4 * 250 * SCALE == sum(storm.outcomes.values()), f"seed {seed}"
         assert storm.enqueued > 0, f"seed {seed}: the storm never queued"
@@ -159,8 +163,8 @@ def test_storm_then_races(tmp_path: Path, capacity: int) -> None:
         journal.unlink()
         ex.run(lambda: None)  # serve what phase 1 deferred, if anything
         rng = random.Random(seed)
-        holder = spawn(directory, journal, "h", capacity, seed, "holder")
-        requester = spawn(directory, journal, "r", capacity, seed + 1, "requester")
+        holder = spawn(world, journal, "h", capacity, seed, "holder")
+        requester = spawn(world, journal, "r", capacity, seed + 1, "requester")
         children += [holder, requester]
         assert ("ready", "ready") == (holder.read_line(), requester.read_line())
         outcomes: dict[str, int] = {}

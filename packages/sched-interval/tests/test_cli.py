@@ -36,29 +36,31 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         (
             ["banana", "--default", "6h", "--name", "JOB_INTERVAL"],
             "mode: built-in\ninterval: 6h0m0s\n",
-            "warning: JOB_INTERVAL: cannot parse interval 'banana', using default 6h0m0s\n",
+            "warning: cannot parse interval, using default:"
+            " name=JOB_INTERVAL value='banana' default=6h0m0s\n",
             1,
         ),
         (
             ["-1h", "--default=2h"],
             "mode: built-in\ninterval: 2h0m0s\n",
-            "warning: interval: negative interval '-1h', using default 2h0m0s\n",
+            "warning: interval is negative, using default: name=interval value='-1h'"
+            " default=2h0m0s\n",
             1,
         ),
         (
             ["10s", "--min", "1m", "--max", "1h", "--name", "SYNC_INTERVAL"],
             "mode: built-in\ninterval: 1m0s\n",
-            "warning: SYNC_INTERVAL: interval '10s' is below the minimum, clamped to 1m0s\n",
+            "warning: interval clamped: name=SYNC_INTERVAL requested=10s clamped_to=1m0s\n",
             1,
         ),
         (
             ["--max", "1h", "2h"],
             "mode: built-in\ninterval: 1h0m0s\n",
-            "warning: interval: interval '2h' is above the maximum, clamped to 1h0m0s\n",
+            "warning: interval clamped: name=interval requested=2h0m0s clamped_to=1h0m0s\n",
             1,
         ),
         (["--", "--5m"], "mode: built-in\ninterval: 6h0m0s\n", None, 1),
-        (["9223372036854775807ns"], "mode: built-in\ninterval: 2562047h47m16.854775s\n", "", 0),
+        (["9223372036854775807ns"], "mode: built-in\ninterval: 2562047h47m16.854776s\n", "", 0),
     ],
 )
 def test_cli_prints_mode_cadence_and_warnings(
@@ -144,7 +146,8 @@ def test_cli_undecodable_argument() -> None:
     )
     assert 1 == result.returncode
     assert (
-        b"warning: X: cannot parse interval '\\udcff30m', using default 6h0m0s\n" == result.stderr
+        b"warning: cannot parse interval, using default: name=X value='\\udcff30m'"
+        b" default=6h0m0s\n" == result.stderr
     )
 
 
@@ -153,4 +156,7 @@ def test_main_in_process_writes_to_the_given_streams() -> None:
     out, err = io.StringIO(), io.StringIO()
     status = main(["-1h", "--zero-as-once", "--default", "90s"], stdout=out, stderr=err)
     assert (1, "mode: built-in\ninterval: 1m30s\n") == (status, out.getvalue())
-    assert "warning: interval: negative interval '-1h', using default 1m30s\n" == err.getvalue()
+    assert (
+        "warning: interval is negative, using default: name=interval value='-1h' default=1m30s\n"
+        == err.getvalue()
+    )

@@ -200,6 +200,18 @@ def test_format_rejects_floats() -> None:
         format_duration(1.5)  # type: ignore[arg-type]
 
 
+def test_the_rounded_ends_of_gos_range_format_and_nothing_beyond() -> None:
+    """The microsecond the ends of Go's range round to formats; one more is out of range."""
+    top = timedelta(microseconds=9_223_372_036_854_776)
+    assert "2562047h47m16.854776s" == format_duration(top)
+    assert "-2562047h47m16.854776s" == format_duration(-top)
+    for beyond in (top + timedelta(microseconds=1), -top - timedelta(microseconds=1)):
+        with pytest.raises(ValueError, match="outside the range"):
+            format_duration(beyond)
+    with pytest.raises(ValueError, match="outside the range"):
+        format_duration(MAX_DURATION_NS + 1)
+
+
 @pytest.mark.parametrize(
     ("ns", "expected"),
     [
@@ -212,14 +224,14 @@ def test_format_rejects_floats() -> None:
         (2_501, timedelta(microseconds=3)),
         (0, timedelta(0)),
         (-1_500, timedelta(microseconds=-2)),
-        (MAX_DURATION_NS, timedelta(microseconds=9_223_372_036_854_775)),
-        (MIN_DURATION_NS, timedelta(microseconds=-9_223_372_036_854_775)),
+        (MAX_DURATION_NS, timedelta(microseconds=9_223_372_036_854_776)),
+        (MIN_DURATION_NS, timedelta(microseconds=-9_223_372_036_854_776)),
     ],
 )
 def test_timedelta_from_ns_rounds_half_even_and_never_to_zero(ns: int, expected: timedelta) -> None:
     """Nanoseconds become microseconds by rounding half to even; a positive value stays positive.
 
-    At the ends of Go's range the rounding stays inside it, so the result still formats.
+    At the ends of Go's range too: 9223372036854775807 ns is nearer 9223372036854776 µs.
     """
     assert expected == timedelta_from_ns(ns)
 

@@ -102,7 +102,7 @@ def check(
         ("-0", Schedule(SIX_HOURS, Mode.EXTERNAL)),
         ("0h0m", Schedule(SIX_HOURS, Mode.EXTERNAL)),
         (" 30m\n", Schedule(timedelta(minutes=30), Mode.BUILTIN)),
-        ("9223372036854775807ns", Schedule(timedelta(microseconds=9223372036854775), Mode.BUILTIN)),
+        ("9223372036854775807ns", Schedule(timedelta(microseconds=9223372036854776), Mode.BUILTIN)),
     ],
 )
 def test_table_rows_without_warning(raw: str | None, expected: Schedule) -> None:
@@ -110,33 +110,32 @@ def test_table_rows_without_warning(raw: str | None, expected: Schedule) -> None
     assert (expected, []) == check(raw)
 
 
+NEGATIVE = "interval is negative, using default"
+UNPARSEABLE = "cannot parse interval, using default"
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ("-1h", "interval: negative interval '-1h', using default 6h0m0s"),
-        ("-1.5h", "interval: negative interval '-1.5h', using default 6h0m0s"),
-        (
-            "-9223372036854775808ns",
-            "interval: negative interval '-9223372036854775808ns', using default 6h0m0s",
-        ),
-        ("banana", "interval: cannot parse interval 'banana', using default 6h0m0s"),
-        ("1", "interval: cannot parse interval '1', using default 6h0m0s"),
-        ("1H", "interval: cannot parse interval '1H', using default 6h0m0s"),
-        ("1 h", "interval: cannot parse interval '1 h', using default 6h0m0s"),
-        ("1d", "interval: cannot parse interval '1d', using default 6h0m0s"),
-        (".", "interval: cannot parse interval '.', using default 6h0m0s"),
-        (
-            "9223372036854775808ns",
-            "interval: cannot parse interval '9223372036854775808ns', using default 6h0m0s",
-        ),
-        ("2562048h", "interval: cannot parse interval '2562048h', using default 6h0m0s"),
-        ("\x1c30m", "interval: cannot parse interval '\\x1c30m', using default 6h0m0s"),
-        (" banana\n", "interval: cannot parse interval ' banana\\n', using default 6h0m0s"),
+        ("-1h", NEGATIVE),
+        ("-1.5h", NEGATIVE),
+        ("-9223372036854775808ns", NEGATIVE),
+        ("banana", UNPARSEABLE),
+        ("1", UNPARSEABLE),
+        ("1H", UNPARSEABLE),
+        ("1 h", UNPARSEABLE),
+        ("1d", UNPARSEABLE),
+        (".", UNPARSEABLE),
+        ("9223372036854775808ns", UNPARSEABLE),
+        ("2562048h", UNPARSEABLE),
+        ("\x1c30m", UNPARSEABLE),
+        (" banana\n", UNPARSEABLE),
     ],
 )
 def test_table_rows_that_fall_back_with_a_warning(raw: str, message: str) -> None:
-    """Negative and unparseable values run built-in at the default, with a warning echoing them."""
-    assert (Schedule(SIX_HOURS, Mode.BUILTIN), [message]) == check(raw)
+    """Negative and unparseable values run built-in at the default, with Go's warning."""
+    expected = f"{message}: name=interval value={raw!r} default=6h0m0s"
+    assert (Schedule(SIX_HOURS, Mode.BUILTIN), [expected]) == check(raw)
 
 
 def test_go_example() -> None:
@@ -196,7 +195,9 @@ def test_non_ascii_look_alikes_are_not_sentinels(raw: str) -> None:
     """Only ASCII letters fold: a look-alike falls back to the default with a warning."""
     schedule, warnings = check(raw, name="JOB_INTERVAL")
     assert Schedule(SIX_HOURS, Mode.BUILTIN) == schedule
-    assert [f"JOB_INTERVAL: cannot parse interval {raw!r}, using default 6h0m0s"] == warnings
+    assert [
+        f"cannot parse interval, using default: name=JOB_INTERVAL value={raw!r} default=6h0m0s"
+    ] == warnings
 
 
 # --- zero_as_once ------------------------------------------------------------------------------
@@ -228,20 +229,20 @@ def test_zero_as_once_changes_only_zero(raw: str) -> None:
             "10s",
             (timedelta(minutes=1), timedelta(hours=1)),
             timedelta(minutes=1),
-            ["interval: interval '10s' is below the minimum, clamped to 1m0s"],
+            ["interval clamped: name=interval requested=10s clamped_to=1m0s"],
         ),
         (
             "2h",
             (timedelta(minutes=1), timedelta(hours=1)),
             timedelta(hours=1),
-            ["interval: interval '2h' is above the maximum, clamped to 1h0m0s"],
+            ["interval clamped: name=interval requested=2h0m0s clamped_to=1h0m0s"],
         ),
         # A non-positive bound is ignored: a floor alone, a ceiling alone.
         (
             "10s",
             (timedelta(minutes=1), 0),
             timedelta(minutes=1),
-            ["interval: interval '10s' is below the minimum, clamped to 1m0s"],
+            ["interval clamped: name=interval requested=10s clamped_to=1m0s"],
         ),
         ("1000h", (timedelta(minutes=1), 0), timedelta(hours=1000), []),
         ("1ns", (0, timedelta(hours=1)), timedelta(microseconds=1), []),
@@ -250,40 +251,40 @@ def test_zero_as_once_changes_only_zero(raw: str) -> None:
             "1000h",
             (None, timedelta(hours=1)),
             timedelta(hours=1),
-            ["interval: interval '1000h' is above the maximum, clamped to 1h0m0s"],
+            ["interval clamped: name=interval requested=1000h0m0s clamped_to=1h0m0s"],
         ),
         # A swapped pair is put in order.
         (
             "10s",
             (timedelta(hours=1), timedelta(minutes=1)),
             timedelta(minutes=1),
-            ["interval: interval '10s' is below the minimum, clamped to 1m0s"],
+            ["interval clamped: name=interval requested=10s clamped_to=1m0s"],
         ),
         (
             "2h",
             (timedelta(hours=1), timedelta(minutes=1)),
             timedelta(hours=1),
-            ["interval: interval '2h' is above the maximum, clamped to 1h0m0s"],
+            ["interval clamped: name=interval requested=2h0m0s clamped_to=1h0m0s"],
         ),
         # Bounds as seconds and as Go duration strings.
         (
             "10s",
             (60, 3600.0),
             timedelta(minutes=1),
-            ["interval: interval '10s' is below the minimum, clamped to 1m0s"],
+            ["interval clamped: name=interval requested=10s clamped_to=1m0s"],
         ),
         (
             "2h",
             ("1m", "1h"),
             timedelta(hours=1),
-            ["interval: interval '2h' is above the maximum, clamped to 1h0m0s"],
+            ["interval clamped: name=interval requested=2h0m0s clamped_to=1h0m0s"],
         ),
         # A sub-microsecond value under a microsecond floor is clamped, not rounded past it.
         (
             "999ns",
             ("1us", None),
             timedelta(microseconds=1),
-            ["interval: interval '999ns' is below the minimum, clamped to 1µs"],
+            ["interval clamped: name=interval requested=999ns clamped_to=1µs"],
         ),
     ],
 )
@@ -311,7 +312,7 @@ def test_bounds_never_apply_to_the_default(raw: str, mode: Mode, warned: bool) -
     )
     assert Schedule(timedelta(seconds=10), mode) == schedule
     assert warned == bool(warnings)
-    assert not any("minimum" in w or "maximum" in w for w in warnings)
+    assert not any("clamped" in w for w in warnings)
 
 
 def test_bounds_never_apply_to_once() -> None:
@@ -414,45 +415,43 @@ def test_positive_cadence_never_becomes_zero(raw: str, interval: timedelta) -> N
 # --- warnings: wording, structured fields, redaction ----------------------------------------
 
 
-def test_unparseable_warning_reads_well_and_carries_fields() -> None:
-    """The issue's line, with the facts as sched_-prefixed fields too."""
+def test_unparseable_warning_begins_with_gos_text_and_carries_gos_attributes() -> None:
+    """Go's message, then its attributes as facts; the same in sched_-prefixed fields."""
     logger, handler = fresh_logger()
     parse_interval("banana", SIX_HOURS, name="JOB_INTERVAL", logger=logger)
     [record] = handler.records
     assert logging.WARNING == record.levelno
     assert (
-        "JOB_INTERVAL: cannot parse interval 'banana', using default 6h0m0s" == record.getMessage()
+        "cannot parse interval, using default: name=JOB_INTERVAL value='banana' default=6h0m0s"
+        == record.getMessage()
     )
     fields = {k: v for k, v in vars(record).items() if k.startswith("sched_")}
     assert {
         "sched_name": "JOB_INTERVAL",
-        "sched_reason": "unparseable",
-        "sched_mode": "built-in",
-        "sched_interval": "6h0m0s",
-        "sched_default": "6h0m0s",
         "sched_value": "banana",
-        "sched_error": 'time: invalid duration "banana"',
+        "sched_default": "6h0m0s",
     } == fields
 
 
-def test_negative_and_clamp_warnings_carry_fields() -> None:
-    """The negative and clamp warnings carry their reason, result and raw value."""
+def test_negative_and_clamp_warnings_carry_gos_attributes() -> None:
+    """interval is negative: name, value, default; interval clamped: name, requested, clamped_to."""
     logger, handler = fresh_logger()
     parse_interval("-1h", SIX_HOURS, name="X", logger=logger)
     parse_interval("5s", SIX_HOURS, name="X", logger=logger, bounds=("1m", "1h"))
     parse_interval("5h", SIX_HOURS, name="X", logger=logger, bounds=("1m", "1h"))
-    fields = [{k: v for k, v in vars(r).items() if k.startswith("sched_")} for r in handler.records]
-    base = {"sched_name": "X", "sched_mode": "built-in"}
+    parse_interval("90m", "6h", name="X", logger=logger, bounds=("1m", "1h"))
     assert [
-        {
-            **base,
-            "sched_reason": "negative",
-            "sched_interval": "6h0m0s",
-            "sched_default": "6h0m0s",
-            "sched_value": "-1h",
-        },
-        {**base, "sched_reason": "below_minimum", "sched_interval": "1m0s", "sched_value": "5s"},
-        {**base, "sched_reason": "above_maximum", "sched_interval": "1h0m0s", "sched_value": "5h"},
+        "interval is negative, using default: name=X value='-1h' default=6h0m0s",
+        "interval clamped: name=X requested=5s clamped_to=1m0s",
+        "interval clamped: name=X requested=5h0m0s clamped_to=1h0m0s",
+        "interval clamped: name=X requested=1h30m0s clamped_to=1h0m0s",
+    ] == messages(handler)
+    fields = [{k: v for k, v in vars(r).items() if k.startswith("sched_")} for r in handler.records]
+    assert [
+        {"sched_name": "X", "sched_value": "-1h", "sched_default": "6h0m0s"},
+        {"sched_name": "X", "sched_requested": "5s", "sched_clamped_to": "1m0s"},
+        {"sched_name": "X", "sched_requested": "5h0m0s", "sched_clamped_to": "1h0m0s"},
+        {"sched_name": "X", "sched_requested": "1h30m0s", "sched_clamped_to": "1h0m0s"},
     ] == fields
 
 
@@ -470,17 +469,17 @@ def test_structured_fields_never_collide_with_record_attributes() -> None:
 @pytest.mark.parametrize(
     ("raw", "options", "message"),
     [
-        ("hunter2", {}, "JOB_INTERVAL: cannot parse interval, using default 6h0m0s"),
-        ("-1h", {}, "JOB_INTERVAL: negative interval, using default 6h0m0s"),
+        ("hunter2", {}, "cannot parse interval, using default: name=JOB_INTERVAL default=6h0m0s"),
+        ("-1h", {}, "interval is negative, using default: name=JOB_INTERVAL default=6h0m0s"),
         (
             "5s",
             {"bounds": ("1m", None)},
-            "JOB_INTERVAL: interval is below the minimum, clamped to 1m0s",
+            "interval clamped: name=JOB_INTERVAL clamped_to=1m0s",
         ),
         (
             "5h",
             {"bounds": (None, "1h")},
-            "JOB_INTERVAL: interval is above the maximum, clamped to 1h0m0s",
+            "interval clamped: name=JOB_INTERVAL clamped_to=1h0m0s",
         ),
     ],
 )
@@ -493,8 +492,23 @@ def test_redact_value_keeps_the_value_out_of_every_warning(
     [record] = handler.records
     assert message == logging.Formatter().format(record)
     assert "sched_value" not in vars(record)
-    assert "sched_error" not in vars(record)
+    assert "sched_requested" not in vars(record)
     assert all(raw not in repr(v) for v in vars(record).values())
+
+
+def test_redacted_warnings_carry_gos_attributes_less_the_value() -> None:
+    """Redacted, Go logs name and default (or clamped_to): the same fields here."""
+    logger, handler = fresh_logger()
+    for raw in ["hunter2", "-1h", "5s"]:
+        parse_interval(
+            raw, SIX_HOURS, name="X", logger=logger, redact_value=True, bounds=("1m", None)
+        )
+    fields = [{k: v for k, v in vars(r).items() if k.startswith("sched_")} for r in handler.records]
+    assert [
+        {"sched_name": "X", "sched_default": "6h0m0s"},
+        {"sched_name": "X", "sched_default": "6h0m0s"},
+        {"sched_name": "X", "sched_clamped_to": "1m0s"},
+    ] == fields
 
 
 @pytest.mark.parametrize("redact_value", [False, True])
@@ -531,7 +545,8 @@ def test_lone_surrogates_fall_back_and_log_safely(raw: str, tmp_path: Path) -> N
     [line] = path.read_text(encoding="utf-8").splitlines()
     written = json.loads(line)
     assert (
-        f"JOB_INTERVAL: cannot parse interval {raw!r}, using default 6h0m0s" == written["message"]
+        f"cannot parse interval, using default: name=JOB_INTERVAL value={raw!r} default=6h0m0s"
+        == written["message"]
     )
     assert raw.encode("utf-8", "backslashreplace").decode() == written["sched_value"]
     assert 1 == len(recorder.records)
@@ -579,7 +594,8 @@ def test_interval_from_env_reads_and_names_the_variable(monkeypatch: pytest.Monk
     schedule = interval_from_env("SCHED_TEST_INTERVAL", "6h", logger=logger)
     assert Schedule(SIX_HOURS, Mode.BUILTIN) == schedule
     assert [
-        "SCHED_TEST_INTERVAL: cannot parse interval 'banana', using default 6h0m0s"
+        "cannot parse interval, using default: name=SCHED_TEST_INTERVAL value='banana'"
+        " default=6h0m0s"
     ] == messages(handler)
     assert "SCHED_TEST_INTERVAL" == vars(handler.records[0])["sched_name"]
 
@@ -604,9 +620,7 @@ def test_interval_from_env_passes_every_option(monkeypatch: pytest.MonkeyPatch) 
         "SCHED_TEST_INTERVAL", SIX_HOURS, bounds=(60, None), logger=logger, redact_value=True
     )
     assert Schedule(timedelta(minutes=1), Mode.BUILTIN) == schedule
-    assert ["SCHED_TEST_INTERVAL: interval is below the minimum, clamped to 1m0s"] == messages(
-        handler
-    )
+    assert ["interval clamped: name=SCHED_TEST_INTERVAL clamped_to=1m0s"] == messages(handler)
 
 
 def test_interval_from_env_undecodable_bytes_in_a_real_process() -> None:
@@ -629,7 +643,8 @@ def test_interval_from_env_undecodable_bytes_in_a_real_process() -> None:
         timeout=60,
     )
     assert [
-        b"JOB_INTERVAL: cannot parse interval '\\udcff30m', using default 6h0m0s|\\udcff30m",
+        b"cannot parse interval, using default: name=JOB_INTERVAL value='\\udcff30m'"
+        b" default=6h0m0s|\\udcff30m",
         b"built-in 6:00:00",
     ] == result.stdout.splitlines()
     assert b"" == result.stderr

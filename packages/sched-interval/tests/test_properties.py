@@ -27,6 +27,7 @@ from sched_interval import (
     parse_duration,
     parse_interval,
 )
+from sched_interval._goduration import timedelta_from_ns
 
 _names = itertools.count()
 
@@ -206,10 +207,41 @@ def test_positive_durations_select_builtin_at_that_cadence(ns: int, pad: str) ->
     schedule = parse_interval(f"{pad}{format_duration(ns)}{pad}", timedelta(hours=6))
     assert Mode.BUILTIN is schedule.mode
     assert schedule.interval > timedelta(0)
-    # Half to even, never zero, never past Go's largest whole microsecond.
-    expected_us = min(max(1, round(Fraction(ns, 1000))), MAX_DURATION_NS // 1000)
+    # The nearest microsecond, ties to even, never zero.
+    expected_us = max(1, round(Fraction(ns, 1000)))
     assert timedelta(microseconds=expected_us) == schedule.interval
     assert format_duration(schedule.interval)
+
+
+@given(int64)
+@example(MAX_DURATION_NS)
+@example(MAX_DURATION_NS - 1)
+@example(MIN_DURATION_NS)
+@example(MIN_DURATION_NS + 1)
+@example(500)
+@example(1_500)
+@example(2_500)
+@example(-500)
+@example(-1_500)
+@example(-2_500)
+@example(0)
+def test_nanoseconds_become_the_nearest_microsecond_over_all_of_int64(ns: int) -> None:
+    """Exact rounding over Go's whole range: the nearest microsecond, ties to even
+    (Fraction arithmetic, no float), and a positive duration never becomes zero."""
+    expected = round(Fraction(ns, 1000))
+    if ns > 0:
+        expected = max(1, expected)
+    assert timedelta(microseconds=expected) == timedelta_from_ns(ns)
+
+
+@given(st.integers(min_value=1, max_value=MAX_DURATION_NS))
+@example(MAX_DURATION_NS)
+def test_the_cadence_of_any_positive_nanosecond_count_is_its_nearest_microsecond(ns: int) -> None:
+    """parse_interval("<n>ns") is the nearest microsecond to n for every positive int64 n,
+    and that cadence formats in Go's form (as the CLI prints it)."""
+    schedule = parse_interval(f"{ns}ns", "6h")
+    assert timedelta(microseconds=max(1, round(Fraction(ns, 1000)))) == schedule.interval
+    assert format_duration(schedule.interval).endswith("s")
 
 
 def _recording_logger() -> tuple[logging.Logger, list[logging.LogRecord]]:
@@ -294,12 +326,19 @@ def test_redacted_records_never_contain_the_raw_value(
 
 
 @given(st.one_of(secret, marked_duration), st.tuples(bound, bound))
-def test_unredacted_records_echo_the_raw_value(
+def test_unredacted_records_echo_the_value(
     raw: str, bounds: tuple[int | str | None, int | str | None]
 ) -> None:
-    """Without redaction every warning echoes the raw value (the redaction test is not vacuous)."""
+    """Without redaction a fallback echoes the raw value and a clamp the requested duration,
+    as Go does (so the redaction test is not vacuous)."""
     logger, records = _recording_logger()
     parse_interval(raw, timedelta(hours=6), bounds=bounds, logger=logger)
     for record in records:
-        assert repr(raw) in record.getMessage()
-        assert raw == vars(record)["sched_value"]
+        fields = vars(record)
+        if record.getMessage().startswith("interval clamped"):
+            requested = format_duration(parse_duration(raw.strip()))
+            assert f"requested={requested} " in record.getMessage()
+            assert requested == fields["sched_requested"]
+        else:
+            assert f"value={raw!r} " in record.getMessage()
+            assert raw == fields["sched_value"]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import final
@@ -29,14 +31,26 @@ class Child:
             stdout=subprocess.PIPE,
             close_fds=close_fds,
         )
+        self._buffer = b""
 
     def read_line(self) -> str:
-        """Return the child's next line, failing the test past the deadline."""
+        """Return the child's next line, failing the test past the deadline.
+
+        Lines the child wrote together are kept in our own buffer: a buffered
+        reader would swallow the second one, and select() would then wait
+        for data that already came.
+        """
         stdout = self.process.stdout
         assert stdout is not None
-        ready, _, _ = select.select([stdout], [], [], DEADLINE)
-        assert ready, "the child did not answer in time"
-        return stdout.readline().decode().rstrip("\n")
+        deadline = time.monotonic() + DEADLINE
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0))
+            assert ready, "the child did not answer in time"
+            chunk = os.read(stdout.fileno(), 65536)
+            assert chunk, "the child exited before answering"
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
 
     def send(self, line: str) -> None:
         """Write one line to the child's stdin."""

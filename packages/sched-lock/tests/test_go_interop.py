@@ -26,9 +26,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sched_lock import read_holder
 from sched_lock._holder import format_holder_line, parse_holder
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Go's unicode.IsSpace, and two look-alikes it does not trim.
+GO_SPACE = " \t\r\n\v\f\x85\xa0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_SPACE = "\u200b\x1c"
 GoParse = Callable[[bytes], "tuple[int, int] | None"]
 
 
@@ -104,7 +108,7 @@ def rfc3339_lines(draw: st.DrawFn) -> bytes:
     else:
         hours, minutes = divmod(abs(offset), 60)
         zone = f"{'-' if offset < 0 else '+'}{hours:02d}:{minutes:02d}"
-    space = st.text(" \t\r\n", max_size=3)
+    space = st.text(GO_SPACE, max_size=3)
     text = f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}{fraction if digits else ''}{zone}"
     return (draw(space) + text + draw(space)).encode()
 
@@ -145,3 +149,25 @@ def test_whatever_we_accept_go_accepts(go_parse: GoParse, line: bytes) -> None:
         expected = go_parse(line)
         assert expected is not None, line
         assert as_datetime(expected) == ours
+
+
+@pytest.fixture(scope="module")
+def holder_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One lock file the read_holder properties rewrite."""
+    return tmp_path_factory.mktemp("holder") / "cycle.lock"
+
+
+@given(
+    rfc3339_lines(),
+    st.text(GO_SPACE + NOT_SPACE, max_size=40),
+    st.text(GO_SPACE + NOT_SPACE, max_size=40),
+)
+def test_read_holder_reads_a_file_as_go(
+    go_parse: GoParse, holder_file: Path, line: bytes, before: str, after: str
+) -> None:
+    """read_holder reads a lock file as Go's ReadHolder does: its first 64 bytes,
+    trimmed of Unicode white space, parsed (or unknown)."""
+    content = before.encode() + line + after.encode()
+    holder_file.write_bytes(content)
+    expected = go_parse(content[:64])
+    assert (None if expected is None else as_datetime(expected)) == read_holder(holder_file)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -525,3 +526,38 @@ def test_a_failed_unlock_never_replaces_what_fn_raised(slot_path: Path) -> None:
         SlotFile(slot_path).mutate(fn)
     assert failure is caught.value
     assert b"" == SlotFile(slot_path).mutate(identity)
+
+
+@pytest.mark.parametrize(
+    ("step", "on_entry", "nth"),
+    [("release", True, 1), ("_getpid", False, 2), ("_flock", False, 2), ("_close", False, 1)],
+)
+def test_an_interrupt_in_the_release_never_leaks_the_slot_lock(
+    slot_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, on_entry: bool, nth: int
+) -> None:
+    """A KeyboardInterrupt landing as the transaction's release starts, or as any of its
+    calls returns, leaves the slot unlocked and its descriptor closed (the suite checks
+    for leaks): another transaction goes through at once."""
+    real = getattr(_slot, step, None)
+    calls = 0
+
+    def wrapper(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if on_entry and calls == nth:
+            raise KeyboardInterrupt
+        assert real is not None
+        result = real(*args)
+        if calls == nth:
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(_slot, step, wrapper, raising=False)
+    with contextlib.suppress(KeyboardInterrupt):
+        SlotFile(slot_path).mutate(increment)
+    monkeypatch.undo()
+    fd = os.open(slot_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the slot was left locked
+    finally:
+        os.close(fd)

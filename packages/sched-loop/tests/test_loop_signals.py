@@ -187,14 +187,15 @@ SECOND_SIGNAL_CHILD = """
 """
 
 
-@pytest.mark.parametrize(
-    ("first", "second"),
-    [
-        (signal.SIGINT, signal.SIGINT),
-        (signal.SIGTERM, signal.SIGTERM),
-        (signal.SIGTERM, signal.SIGINT),
-    ],
-)
+#: A first signal, then a second one: the same, or the other.
+SIGNAL_PAIRS = [
+    (signal.SIGINT, signal.SIGINT),
+    (signal.SIGTERM, signal.SIGTERM),
+    (signal.SIGTERM, signal.SIGINT),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), SIGNAL_PAIRS)
 def test_second_signal_takes_the_default_action(
     first: signal.Signals, second: signal.Signals
 ) -> None:
@@ -229,6 +230,97 @@ def test_async_second_signal_takes_the_default_action(sig: signal.Signals) -> No
         proc.expect("draining")
         proc.kill(sig)
         assert -sig == proc.wait()
+
+
+CATCHING_CHILD = """
+    from sched_loop import stop_on_signals
+    with stop_on_signals(second_signal="catch") as stop:
+        print("ready")
+        stop.wait()
+        print("draining")
+        # The drain: it waits for the parent's go-ahead, which comes after the
+        # second signal, and must not be cut short by that signal.
+        input()
+        print("drained")
+    print("closed")
+"""
+
+
+@pytest.mark.parametrize(("first", "second"), SIGNAL_PAIRS)
+def test_second_signal_catch_keeps_catching_until_the_helper_is_closed(
+    first: signal.Signals, second: signal.Signals
+) -> None:
+    """second_signal="catch": later signals are caught (Go's NotifyContext), the drain ends."""
+    with child(CATCHING_CHILD) as proc:
+        proc.expect("ready")
+        proc.kill(first)
+        proc.expect("draining")
+        proc.kill(second)
+        proc.kill(second)
+        # The signals are pending in the child before the go-ahead is written,
+        # so its read is interrupted and the handler runs first: the child
+        # lives to read the go-ahead only if the handler did not kill it.
+        proc.send("go")
+        proc.expect("drained")
+        proc.expect("closed")
+        assert 0 == proc.wait()
+
+
+ASYNC_CATCHING_CHILD = """
+    import asyncio, sys
+    from sched_loop import astop_on_signals
+    async def main():
+        async with astop_on_signals(second_signal="catch") as stop:
+            print("ready")
+            await stop.wait()
+            print("draining")
+            await asyncio.to_thread(sys.stdin.readline)
+            print("drained")
+        print("closed")
+    asyncio.run(main())
+"""
+
+
+def test_async_second_signal_catch_keeps_catching_until_the_helper_is_closed() -> None:
+    """astop_on_signals(second_signal="catch"): a second SIGTERM does not end the drain."""
+    with child(ASYNC_CATCHING_CHILD) as proc:
+        proc.expect("ready")
+        proc.kill(signal.SIGTERM)
+        proc.expect("draining")
+        proc.kill(signal.SIGTERM)
+        proc.send("go")
+        proc.expect("drained")
+        proc.expect("closed")
+        assert 0 == proc.wait()
+
+
+@pytest.mark.parametrize("policy", ["force", "catch"])
+@pytest.mark.usefixtures("previous_handlers")
+def test_either_policy_restores_the_previous_handlers(policy: str) -> None:
+    """Whatever the policy, leaving the block puts the previous handlers back."""
+    with stop_on_signals(second_signal=policy) as stop:  # type: ignore[arg-type]
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.wait(DEADLINE)
+    assert sentinel_handler is signal.getsignal(signal.SIGTERM)
+
+
+@pytest.mark.parametrize("policy", ["", "kill", "Force", None])
+def test_an_unknown_second_signal_policy_is_a_config_error(policy: object) -> None:
+    """second_signal is "force" or "catch"; anything else is a LoopConfigError."""
+    with (
+        pytest.raises(LoopConfigError, match="second_signal"),
+        stop_on_signals(
+            second_signal=policy  # type: ignore[arg-type]
+        ),
+    ):
+        pass
+
+    async def main() -> None:
+        with pytest.raises(LoopConfigError, match="second_signal"):
+            async with astop_on_signals(second_signal=policy):  # type: ignore[arg-type]
+                pass
+
+    asyncio.run(main(), debug=True)
 
 
 DRAIN_CHILD = """

@@ -4,6 +4,8 @@ The Python port of the Go scheduling library's ``CommandRunner``,
 ``NewCommandRunner`` and ``DefaultGrace``: `run` is ``subprocess.run`` plus a
 stop event, a grace period and process-group sweeping; `arun` is its asyncio
 twin; `command_runner` returns the production `CommandRunner` for injection.
+Each returns a `CompletedRun`, a ``subprocess.CompletedProcess`` that carries
+the `GroupReport` of a ``kill_group`` run.
 """
 
 from __future__ import annotations
@@ -17,12 +19,22 @@ if sys.platform == "win32":  # pragma: no cover - the package refuses to import 
     )
 
 from ._core import DEFAULT_GRACE as DEFAULT_GRACE
+from ._result import CompletedRun as CompletedRun
+from ._result import GroupReport as GroupReport
 from ._run import CommandRunner as CommandRunner
 from ._run import arun as arun
 from ._run import command_runner as command_runner
 from ._run import run as run
 
-__all__ = ["DEFAULT_GRACE", "CommandRunner", "arun", "command_runner", "run"]
+__all__ = [
+    "DEFAULT_GRACE",
+    "CommandRunner",
+    "CompletedRun",
+    "GroupReport",
+    "arun",
+    "command_runner",
+    "run",
+]
 
 
 def __getattr__(name: str) -> str:

@@ -17,6 +17,8 @@ import subprocess
 import threading
 from typing import Any, final
 
+from ._wakeup import start_with_signals_blocked
+
 __all__ = ["Child"]
 
 _HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
@@ -26,11 +28,25 @@ _HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 class Child:
     """A started ``Popen`` with an exit descriptor and a signal target."""
 
-    __slots__ = ("_exit_fd", "_lock", "_pidfd", "_terminated", "_waiter", "pgid", "proc")
+    __slots__ = (
+        "_exit_fd",
+        "_lock",
+        "_pidfd",
+        "_terminated",
+        "_waiter",
+        "group_signals",
+        "pgid",
+        "proc",
+        "survivors",
+    )
 
     def __init__(self, proc: subprocess.Popen[Any], *, kill_group: bool) -> None:
         self.proc = proc
         self.pgid: int | None = proc.pid if kill_group else None
+        #: The signals delivered to the group, each once, in order (``kill_group``).
+        self.group_signals: list[signal.Signals] = []
+        #: Whether `group_alive` found members after the child exited.
+        self.survivors = False
         self._pidfd: int | None = None
         self._waiter: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -55,7 +71,7 @@ class Child:
                 os.close(write_fd)  # EOF on read_fd: the child is reaped
 
         self._waiter = threading.Thread(target=wait, name="sched_cmd child waiter", daemon=True)
-        self._waiter.start()
+        start_with_signals_blocked(self._waiter)
         return read_fd
 
     def exit_fd(self) -> int:
@@ -85,6 +101,8 @@ class Child:
             # The group may be gone, or hold only members we may not signal.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, sig)
+                if sig not in self.group_signals:
+                    self.group_signals.append(sig)
             return
         if self.proc.returncode is not None:
             return  # reaped: the pid may belong to someone else now
@@ -115,7 +133,9 @@ class Child:
             os.killpg(self.pgid, 0)
         except (ProcessLookupError, PermissionError):
             return False
-        return _has_live_member(self.pgid)
+        alive = _has_live_member(self.pgid)
+        self.survivors = self.survivors or alive
+        return alive
 
     def close(self) -> None:
         """Release the exit descriptor (the child must be reaped already)."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 from ._child import Child
 from ._durations import Duration, to_timedelta
+from ._result import CompletedRun, GroupReport
 from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ class Options:
             timed_out=False,
         )
 
-    def finish(self, outcome: Outcome) -> subprocess.CompletedProcess[Any]:
+    def finish(self, outcome: Outcome) -> CompletedRun[Any]:
         """Turn *outcome* into ``run``'s result, raising as ``subprocess.run`` does.
 
         Raises:
@@ -170,8 +171,8 @@ class Options:
             raise subprocess.CalledProcessError(
                 outcome.returncode, outcome.args, outcome.stdout, outcome.stderr
             )
-        return subprocess.CompletedProcess(
-            outcome.args, outcome.returncode, outcome.stdout, outcome.stderr
+        return CompletedRun(
+            outcome.args, outcome.returncode, outcome.stdout, outcome.stderr, group=outcome.group
         )
 
 
@@ -179,7 +180,7 @@ class Options:
 class Outcome:
     """What a finished run produced, before ``check`` and the timeout are applied."""
 
-    __slots__ = ("args", "returncode", "stderr", "stdout", "timed_out")
+    __slots__ = ("args", "group", "returncode", "stderr", "stdout", "timed_out")
 
     def __init__(
         self,
@@ -189,12 +190,14 @@ class Outcome:
         stderr: str | bytes | None,
         *,
         timed_out: bool,
+        group: GroupReport | None = None,
     ) -> None:
         self.args = args
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
         self.timed_out = timed_out
+        self.group = group
 
 
 def execute(options: Options, wakeup: Wakeup) -> Outcome:
@@ -394,7 +397,7 @@ class _Session:
             return  # the exit event will finish the job
         self._cut_outputs()
         if not self.group_done and self.child.group_alive():
-            self._kill("group members still running at the end of the grace")
+            self._kill("members still running at the end of the grace")
         self.group_done = True
         self.sweep_at = None
 
@@ -441,8 +444,8 @@ class _Session:
             self.terminating = True
         if self.child.terminate():  # not sent yet by a stop request
             _logger(self.options.logger).warning(
-                "pid %d exited but members of its process group are still "
-                "running; sent them SIGTERM, SIGKILL in %s",
+                "pid %d exited but its process group still has members; "
+                "sent them SIGTERM, SIGKILL in %s",
                 self.proc.pid,
                 go_duration(self.options.grace),
                 extra=self._extra(signal.SIGTERM, "group members left behind"),
@@ -508,12 +511,18 @@ class _Session:
     def outcome(self) -> Outcome:
         """Decode the captured output the way ``subprocess.run`` does."""
         assert self.returncode is not None
+        group = None
+        if self.child.pgid is not None:
+            group = GroupReport(
+                self.child.pgid, self.child.survivors, tuple(self.child.group_signals)
+            )
         return Outcome(
             self.proc.args,
             self.returncode,
             self._output(self.proc.stdout),
             self._output(self.proc.stderr),
             timed_out=self.timed_out,
+            group=group,
         )
 
     def _output(self, stream: Any) -> str | bytes | None:

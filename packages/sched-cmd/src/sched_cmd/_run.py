@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 from ._core import DEFAULT_GRACE, Command, Input, Options, Outcome, execute, go_duration
 from ._durations import Duration, to_timedelta
-from ._wakeup import Wakeup, subscribe
+from ._result import CompletedRun
+from ._wakeup import Wakeup, signals_wake, subscribe
 
 if TYPE_CHECKING:
     import asyncio
@@ -30,7 +30,7 @@ def run(
     capture_output: bool = False,
     logger: logging.Logger | None = None,
     **popen_kwargs: Any,
-) -> subprocess.CompletedProcess[Any]:
+) -> CompletedRun[Any]:
     """Run a command like ``subprocess.run``, stopping it gracefully on request.
 
     Everything ``subprocess.run`` accepts keeps working (``stdout``, ``stderr``,
@@ -53,11 +53,20 @@ def run(
 
     Waiting does not poll: one ``select`` covers the pipes, the child's exit
     (a pidfd on Linux, a waiter thread elsewhere) and a self-pipe woken when
-    *stop* is set. ``stop.set()`` itself sends the SIGTERM, in the thread
-    that calls it, through a hook on the event's condition; for an event
-    whose class overrides ``set()`` (or on an interpreter whose ``threading``
-    differs), one helper thread per distinct event waits on it instead, until
-    it is set, so share one event between runs.
+    *stop* is set. One helper thread per distinct stop event waits on it
+    (``Event.wait()``), sends the SIGTERM the moment it is set and wakes the
+    runs; it ends once the event is set. An event that is never set keeps
+    its helper, idle, for the life of the process: share one stop event
+    between runs rather than creating one per run.
+
+    Setting *stop* from a signal handler is safe as far as ``run`` is
+    concerned: it never holds the event's lock, and in the main thread it
+    makes the process's wakeup fd (``signal.set_wakeup_fd``) wake its wait
+    while it waits, unless the application has set one, so a handler runs
+    at once. The application's own ``stop.wait()`` or ``stop.clear()`` in
+    the main thread, interrupted by such a handler, can still deadlock:
+    ``sched_loop.stop_on_signals`` sets the event from a helper thread
+    instead.
 
     Args:
         args: the command, as for ``subprocess.run``.
@@ -67,9 +76,12 @@ def run(
         timeout: stop the child gracefully after this long and raise
             ``TimeoutExpired``.
         kill_group: start the child as the leader of its own process group
-            (``process_group=0``) and signal the whole group, so grandchildren
-            stop too; when the child exits by itself, members of its group
-            still alive get the same SIGTERM, grace, SIGKILL sweep.
+            (``process_group=0``) and signal the whole group, so descendants
+            that stay in it stop too; when the child exits by itself, members
+            of its group still alive get the same SIGTERM, grace, SIGKILL
+            sweep. A descendant that leaves the group (``setsid()``, a shell
+            with job control) escapes both and outlives the run. The result's
+            ``group`` reports the sweep.
         check: raise ``CalledProcessError`` on a non-zero returncode.
         input: data sent to the child's stdin (``str`` in text mode).
         capture_output: capture stdout and stderr (``PIPE`` both).
@@ -78,7 +90,8 @@ def run(
         **popen_kwargs: passed to ``subprocess.Popen``.
 
     Returns:
-        The ``subprocess.CompletedProcess``.
+        A `CompletedRun`: the ``subprocess.CompletedProcess``, whose
+        ``group`` reports what a ``kill_group`` run did to the process group.
 
     Raises:
         subprocess.TimeoutExpired: *timeout* passed; raised after the child was
@@ -89,6 +102,10 @@ def run(
             foreign ``process_group``) or an invalid duration.
         TypeError: *stop* is not a ``threading.Event``.
         OSError: the command could not be started.
+
+    .. versionchanged:: 0.2.0
+       Returns a `CompletedRun`, with the `GroupReport` of a ``kill_group``
+       run; the stop event is watched through public APIs only.
     """
     if stop is not None and not isinstance(stop, threading.Event):
         raise TypeError(f"stop must be a threading.Event, not {type(stop).__name__}")
@@ -105,16 +122,17 @@ def run(
     )
     wakeup = Wakeup()
     try:
-        if stop is None:
-            outcome = execute(options, wakeup)
-        elif stop.is_set():
-            outcome = options.not_started()
-        else:
-            unsubscribe = subscribe(stop, wakeup)
-            try:
+        with signals_wake(wakeup):
+            if stop is None:
                 outcome = execute(options, wakeup)
-            finally:
-                unsubscribe()
+            elif stop.is_set():
+                outcome = options.not_started()
+            else:
+                unsubscribe = subscribe(stop, wakeup)
+                try:
+                    outcome = execute(options, wakeup)
+                finally:
+                    unsubscribe()
     finally:
         wakeup.close()
     return options.finish(outcome)
@@ -132,7 +150,7 @@ async def arun(
     capture_output: bool = False,
     logger: logging.Logger | None = None,
     **popen_kwargs: Any,
-) -> subprocess.CompletedProcess[Any]:
+) -> CompletedRun[Any]:
     """Run a command from asyncio; the twin of `run`, with cancellation as a stop.
 
     The sync core runs in a dedicated thread, so everything `run` guarantees
@@ -155,7 +173,7 @@ async def arun(
         **popen_kwargs: passed to ``subprocess.Popen``.
 
     Returns:
-        The ``subprocess.CompletedProcess``.
+        A `CompletedRun`, as `run` returns.
 
     Raises:
         asyncio.CancelledError: the task was cancelled (the child is reaped first).
@@ -164,6 +182,9 @@ async def arun(
         ValueError: as for `run`.
         TypeError: *stop* is not an ``asyncio.Event``.
         OSError: the command could not be started.
+
+    .. versionchanged:: 0.2.0
+       Returns a `CompletedRun`.
     """
     import asyncio
 
@@ -236,7 +257,11 @@ class CommandRunner(Protocol):
 
     The seam between job orchestration and subprocesses, as the Go library's
     ``CommandRunner``: production code takes a ``CommandRunner`` (built by
-    `command_runner`) and tests pass a fake with the same signature.
+    `command_runner`) and tests pass a fake with the same signature, which
+    returns ``CompletedRun(args, returncode)``.
+
+    .. versionchanged:: 0.2.0
+       Returns a `CompletedRun`.
     """
 
     def __call__(
@@ -251,7 +276,7 @@ class CommandRunner(Protocol):
         capture_output: bool = False,
         logger: logging.Logger | None = None,
         **popen_kwargs: Any,
-    ) -> subprocess.CompletedProcess[Any]:
+    ) -> CompletedRun[Any]:
         """Run *args*; see `run`."""
         ...
 
@@ -285,7 +310,7 @@ class _GracefulRunner:
         capture_output: bool = False,
         logger: logging.Logger | None = None,
         **popen_kwargs: Any,
-    ) -> subprocess.CompletedProcess[Any]:
+    ) -> CompletedRun[Any]:
         """Run *args* with this runner's grace; see `run`."""
         return run(
             args,

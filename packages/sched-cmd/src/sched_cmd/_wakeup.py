@@ -2,51 +2,53 @@
 
 A run waits in one ``select`` over the child's pipes, its exit descriptor and
 the read end of a `Wakeup` self-pipe. Another thread asks it to stop
-gracefully or to kill at once by setting a flag and writing one byte.
+gracefully or to kill at once by setting a flag and writing one byte; a stop
+request also sends the SIGTERM right there, in the requesting thread, so the
+signal does not wait for the run's thread to wake.
 
-A ``threading.Event`` has no descriptor to select on. `subscribe` has two
-ways to learn that one was set, without polling:
+A ``threading.Event`` has no descriptor to select on, and its public API
+offers one way to learn that it was set without polling: ``wait()``. So one
+helper thread per distinct stop event waits on it and makes the stop
+request to every run subscribed to it. The helper ends once the event is
+set; an event that is never set keeps its one daemon helper (blocked, using
+no CPU) for the life of the process, which is why runs share the helper
+rather than starting one each, and why an application should share one stop
+event between its runs.
 
-* the hook: ``threading.Event.set()`` calls ``notify_all()`` on the event's
-  ``Condition``, which calls ``release()`` on every waiter queued in it; a
-  run queues one more "waiter" whose ``release()`` makes the stop request
-  right there, in the thread that set the event. No thread, no wake-up
-  between ``set()`` and the SIGTERM. It relies on the standard library's
-  pure-Python ``threading`` (``Event._cond``, ``Condition._waiters``): the
-  same code in CPython 3.11 to 3.13 (tested here), in their free-threaded
-  builds (the same module) and in PyPy; a later release could change it, so
-  it is used only where those attributes are what they should be *and*
-  a probe event shows that ``set()`` really releases a foreign waiter (a
-  ``threading`` whose ``set()`` stops doing so falls back, not hangs);
-
-  Why it is safe: the hook is queued and removed under the condition's
-  lock, exactly as ``Condition.wait`` queues and removes its own waiters, so
-  ``set()``, other waiters and timeouts see a consistent deque with or
-  without the GIL. A ``set()`` racing the run's start is covered: the
-  self-pipe is registered in the selector before anything else and the
-  request (flag plus byte) is made whether or not the child exists yet, and
-  ``execute`` starts no child once the flag is up. The hook's ``release()``
-  runs in the setter's thread with the event's lock held, so it only takes
-  the `Wakeup` lock, sends one signal and writes one byte; the run's thread
-  holds no other lock when it takes the event's (to queue or remove the
-  hook), so the lock order is always event, then `Wakeup`; and it never
-  raises into ``set()``;
-* otherwise, a helper thread per distinct stop event waits on it and wakes
-  every run subscribed to it. It ends once the event is set; an event that
-  is never set keeps its one daemon helper for the life of the process,
-  which is why runs share the helper rather than starting one each.
+Only public APIs of the standard library are used. In particular the run's
+thread never takes the event's lock (it calls only ``is_set()``), so a
+SIGTERM handler that calls ``stop.set()`` in the main thread, wherever the
+main thread is inside `run`, never waits for a lock its own thread holds.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import final
 
-__all__ = ["Wakeup", "subscribe"]
+__all__ = ["Wakeup", "signals_wake", "start_with_signals_blocked", "subscribe"]
+
+
+def start_with_signals_blocked(thread: threading.Thread) -> None:
+    """Start a helper *thread* that never receives a signal sent to the process.
+
+    The kernel delivers a process-directed signal to any thread that does
+    not block it. Were it a helper, the main thread, blocked in a run's
+    ``select``, would not run its Python-level handler until it woke for
+    another reason: an application's SIGTERM handler could wait for ever.
+    A new thread inherits the creating thread's mask, so the signals are
+    blocked around ``start()``; a helper must not start processes (they
+    would inherit the mask too).
+    """
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @final
@@ -76,6 +78,10 @@ class Wakeup:
     def fileno(self) -> int:
         """Return the descriptor that becomes readable when a request arrives."""
         return self._read_fd
+
+    def signal_fd(self) -> int:
+        """Return the write end, for ``signal.set_wakeup_fd`` (see `signals_wake`)."""
+        return self._write_fd
 
     def set_stop_action(self, action: Callable[[], object] | None) -> None:
         """Have *action* run in the requesting thread on every stop request.
@@ -113,6 +119,18 @@ class Wakeup:
                 with contextlib.suppress(BlockingIOError):
                     os.write(self._write_fd, b"!")
 
+    def forward(self, fd: int) -> None:
+        """Move the bytes waiting in the pipe to *fd* (signal numbers meant for it)."""
+        data = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._read_fd, 4096):
+                data += chunk
+        if data:
+            # As the interpreter does with its wakeup fd: a full or closed one loses nothing
+            # more than a wake-up its reader will get from the bytes already there.
+            with contextlib.suppress(OSError):
+                os.write(fd, data)
+
     def clear(self) -> None:
         """Consume pending wake-up bytes (the flags keep the requests)."""
         try:
@@ -129,6 +147,47 @@ class Wakeup:
             self._closed = True
             os.close(self._read_fd)
             os.close(self._write_fd)
+
+
+@contextlib.contextmanager
+def signals_wake(wakeup: Wakeup) -> Iterator[None]:
+    """While a run waits in the main thread, have every signal wake its ``select``.
+
+    Python runs a signal handler in the main thread between two bytecodes. A
+    signal that lands after the last such check and before ``select`` blocks
+    would wait until ``select`` returns for another reason: an application's
+    SIGTERM handler, setting the run's stop event, might never run. The
+    interpreter's answer is ``signal.set_wakeup_fd``: its C-level handler
+    writes the signal number there at once. So, in the main thread, the
+    run's self-pipe is the wakeup fd while it waits, unless the application
+    has one already (``sched_loop.stop_on_signals``, asyncio), whose reader
+    then does that job: it is put back at once, with any signal number that
+    landed in between.
+
+    Call it before the self-pipe is shared (nothing else writes to it yet),
+    and close the `Wakeup` only after it returns.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        previous = signal.set_wakeup_fd(wakeup.signal_fd(), warn_on_full_buffer=False)
+    except ValueError:  # the main thread of a sub-interpreter
+        yield
+        return
+    if previous != -1:
+        # There is no way to read the wakeup fd without setting one. The
+        # interpreter's default warn_on_full_buffer comes back with it.
+        signal.set_wakeup_fd(previous)
+        wakeup.forward(previous)
+        yield
+        return
+    try:
+        yield
+    finally:
+        current = signal.set_wakeup_fd(-1)
+        if current != wakeup.signal_fd():  # replaced meanwhile (by a handler): keep that one
+            signal.set_wakeup_fd(current)
 
 
 _watchers_lock = threading.Lock()
@@ -162,104 +221,21 @@ class _EventWatcher:
             self.subscribers.clear()
 
 
-@final
-class _SetHook:
-    """Queued among a Condition's waiters: ``Event.set()`` "releases" it (the fast path)."""
-
-    __slots__ = ("_wakeup",)
-
-    def __init__(self, wakeup: Wakeup) -> None:
-        self._wakeup = wakeup
-
-    def release(self) -> None:
-        """Make the stop request, in the thread calling ``Event.set()``."""
-        # Never fail the caller's set(): should the SIGTERM fail here, the run's
-        # thread, woken all the same, sends it again and meets the error itself.
-        with contextlib.suppress(Exception):
-            self._wakeup.request_stop()
-
-
-@final
-class _Probe:
-    """A foreign waiter that records whether ``Event.set()`` released it."""
-
-    __slots__ = ("released",)
-
-    def __init__(self) -> None:
-        self.released = False
-
-    def release(self) -> None:
-        """Record the call."""
-        self.released = True
-
-
-def _set_releases_foreign_waiters() -> bool:
-    """Tell whether ``threading.Event.set()`` calls ``release()`` on an extra waiter.
-
-    Checked on a throwaway event each time (a few microseconds, beside the
-    fork and exec of a run), so a ``threading`` that changed or was patched
-    is caught instead of leaving a run deaf to its stop.
-    """
-    event = threading.Event()
-    waiters = getattr(getattr(event, "_cond", None), "_waiters", None)
-    if not isinstance(waiters, collections.deque):
-        return False
-    probe = _Probe()
-    waiters.append(probe)
-    try:
-        event.set()
-    except Exception:
-        return False
-    return probe.released and probe not in waiters
-
-
-def _hook(event: threading.Event, wakeup: Wakeup) -> Callable[[], None] | None:
-    """Queue a `_SetHook` on *event*'s Condition; None where the internals differ.
-
-    Returns:
-        The function that removes the hook, or None (use the helper thread).
-    """
-    if type(event).set is not threading.Event.set:
-        return None  # a subclass may set the flag without notifying the condition
-    if not _set_releases_foreign_waiters():
-        return None
-    condition = getattr(event, "_cond", None)
-    if not isinstance(condition, threading.Condition):
-        return None
-    waiters = getattr(condition, "_waiters", None)
-    if not isinstance(waiters, collections.deque):
-        return None
-    hook = _SetHook(wakeup)
-    with condition:
-        if event.is_set():
-            hook.release()  # set meanwhile: nothing to wait for
-        else:
-            waiters.append(hook)
-
-    def unhook() -> None:
-        with condition, contextlib.suppress(ValueError):
-            waiters.remove(hook)  # gone already if set() released it
-
-    return unhook
-
-
 def subscribe(event: threading.Event, wakeup: Wakeup) -> Callable[[], None]:
     """Have *wakeup* receive a stop request when *event* is set.
 
     Returns:
         A function that cancels the subscription; call it before closing *wakeup*.
     """
-    unhook = _hook(event, wakeup)
-    if unhook is not None:
-        return unhook
     with _watchers_lock:
         watcher = _watchers.get(id(event))
-        start = watcher is None
         if watcher is None:
-            watcher = _watchers[id(event)] = _EventWatcher(event)
+            watcher = _EventWatcher(event)
+            # Started under the lock (the thread needs it only once the event is
+            # set): should it fail, no run is left subscribed to a deaf watcher.
+            start_with_signals_blocked(watcher.thread)
+            _watchers[id(event)] = watcher
         watcher.subscribers.add(wakeup)
-    if start:
-        watcher.thread.start()
     # The watcher of an event that was set, cleared and set again may have gone
     # between our check and the subscription; this covers the race.
     if event.is_set():

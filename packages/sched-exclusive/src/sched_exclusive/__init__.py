@@ -13,10 +13,12 @@ import sys
 if sys.platform == "win32":  # pragma: no cover - POSIX only
     raise ImportError("sched-exclusive needs POSIX flock(2); Windows is not supported")
 
+from ._advisory import advisory_key as advisory_key
 from ._errors import CoordinationError as CoordinationError
 from ._errors import ExclusiveError as ExclusiveError
 from ._errors import RunError as RunError
 from ._exclusive import Exclusive as Exclusive
+from ._exclusive import lock_lost as lock_lost
 from ._outcome import LOCK_NAME as LOCK_NAME
 from ._outcome import QUEUE_NAME as QUEUE_NAME
 from ._outcome import Outcome as Outcome
@@ -29,6 +31,8 @@ __all__ = [
     "ExclusiveError",
     "Outcome",
     "RunError",
+    "advisory_key",
+    "lock_lost",
 ]
 
 

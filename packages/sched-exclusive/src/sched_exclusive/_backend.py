@@ -6,26 +6,95 @@ through :class:`Backend` only:
 * a non-blocking exclusive lock held for the whole run, released by the
   coordinator itself when its holder dies (flock(2) here; a PostgreSQL
   session-level advisory lock would do the same across machines);
-* an atomic read-modify-write transaction on one small non-negative counter.
+* an atomic read-modify-write transaction on one small non-negative counter,
+  asked for as a :class:`Change` (one of three, each a pure function of the
+  count that also says what it is, so that a backend that cannot run Python
+  under its lock, a database, can express it in its own terms).
 
-A second backend implements this protocol and reuses every rule unchanged.
-Failures are raised as :class:`OSError` (a backend translates its own
-errors); contention is never an error.
+A second backend implements this protocol and reuses every rule unchanged:
+which run starts when, what the counter becomes, what is logged, what a
+caller gets back. Failures are raised as :class:`OSError` (a backend
+translates its own errors); contention is never an error.
+
+Three duties fall on a backend's lease because only it can meet them:
+
+* **Ownership.** Only the process that acquired a lease releases the lock.
+  In a process forked from it (``fork()`` without ``exec``), ``unlock()``
+  gives up that process's handle only and never releases the lock for its
+  owner (for flock: close without ``LOCK_UN``; for a database session: drop
+  the inherited connection without a word on it). The rules themselves
+  never touch the counter or start a run in such a process.
+* **Liveness.** ``locked`` tells whether the lease still holds the lock; the
+  rules ask before each rerun, so a lease that can be lost (a dropped
+  database session) stops the reruns instead of running unguarded.
+* **Collection.** A lease dropped without ``unlock()`` releases the lock when
+  it is collected. An exception from a signal handler can surface just as
+  ``try_acquire`` returns, before the rules hold the lease; CPython then
+  drops it at once, and only its finalizer can release it.
+
+A lease whose lock can be lost while a job runs may also offer
+``lost_event``, a :class:`threading.Event` it sets when that happens; the
+job reads it through :func:`sched_exclusive.lock_lost`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
 from typing import Protocol
 
-__all__ = ["Backend", "Lease"]
+__all__ = ["CLEAR", "TAKE_ONE", "Backend", "Change", "Lease", "enqueue"]
+
+
+@typing.final
+class Change:
+    """A change of the counter, as a pure function of the count.
+
+    ``kind`` names it: ``"enqueue"`` (one more, unless ``capacity`` are
+    already queued), ``"take"`` (one less, unless none is queued) or
+    ``"clear"`` (zero).
+    """
+
+    __slots__ = ("capacity", "kind")
+
+    def __init__(self, kind: str, capacity: int = 0) -> None:
+        self.kind = kind
+        self.capacity = capacity
+
+    def __call__(self, count: int) -> int:
+        if self.kind == "take":
+            return count - 1 if count > 0 else count
+        if self.kind == "enqueue":
+            return count + 1 if count < self.capacity else count
+        return 0
+
+    def __repr__(self) -> str:
+        return f"Change({self.kind!r}, {self.capacity})"
+
+
+#: Take one queued request (a run that is about to start serves it).
+TAKE_ONE = Change("take")
+#: Clear every queued request (a fresh acquisition's run serves them all).
+CLEAR = Change("clear")
+
+
+def enqueue(capacity: int) -> Change:
+    """Record one more request, unless ``capacity`` are already queued."""
+    return Change("enqueue", capacity)
 
 
 class Lease(Protocol):
-    """A held exclusive lock."""
+    """A held exclusive lock (see the module documentation for its duties)."""
+
+    @property
+    def locked(self) -> bool:
+        """Whether this process still holds the lock through this lease."""
 
     def unlock(self) -> None:
-        """Release the lock; calling it again does nothing."""
+        """Release the lock; calling it again does nothing.
+
+        In a process other than the one that acquired the lease, give up
+        only this process's handle: the lock stays its owner's.
+        """
 
 
 class Backend(Protocol):
@@ -48,11 +117,12 @@ class Backend(Protocol):
             OSError: the counter could not be read.
         """
 
-    def update_counter(self, fn: Callable[[int], int]) -> int:
+    def update_counter(self, fn: Change) -> int:
         """Replace the counter ``n`` by ``fn(n)`` atomically.
 
-        ``fn`` is pure and may be called under the transaction's lock; when
-        it returns ``n`` the backend writes nothing.
+        ``fn`` is pure and may be called under the transaction's lock (or
+        expressed by its ``kind``); when it returns ``n`` the backend need
+        write nothing.
 
         Returns:
             The counter as it was before (the ``n`` that ``fn`` saw).

@@ -6,14 +6,15 @@ back, and returns the :class:`Outcome`. The sync and asyncio drivers in
 :mod:`._exclusive` only call or await the job, so both follow exactly the
 same rules, and any backend that implements the seam inherits them.
 
-The rules, in the order a call meets them:
+The rules, in the order a call meets them (they are the Go library's):
 
 1. Probe the lock without waiting.
 2. Busy, skip mode: log a warning, ``skipped``.
-3. Busy, queue mode: increment the counter if it is below capacity
-   (``queued``), else leave it (``discarded``). A queued requester then
-   re-probes once: if the runner released in between, nobody might be left
-   to serve the entry just recorded, so the requester becomes the runner.
+3. Busy, queue mode: increment the counter if it is below capacity, else
+   leave it (``discarded``). A recorded requester then re-probes once: if
+   the runner released in between, nobody might be left to serve the entry
+   just recorded, so the requester becomes the runner; if the lock is still
+   busy, the request stays queued (``queued``, and only then logged so).
 4. Holding the lock, consult the gate: closed means ``gated``, nothing run,
    the counter untouched (a re-probing requester's own entry stays queued).
 5. Settle the counter before the first run. After a fresh acquisition (the
@@ -24,28 +25,44 @@ The rules, in the order a call meets them:
    recorded, satisfies all of it: clear it, with a warning. After a re-probe
    the count holds this call's own entry, which this run satisfies: take
    exactly that one entry, silently; the rest are other requests and are
-   served as reruns.
+   served as reruns. The lock is won, so a counter failure here is reported
+   and the run still starts.
 6. Run the job. Then, while requests are queued, take one and rerun (each
    request is owed a run, whether the previous one failed or not), checking
-   the rerun cap and the gate before each.
-7. When the counter reads zero, release, then read it once more: a request
-   that found the lock busy just before the release and whose re-probe came
-   too early is served by taking the lock back (a handoff), under the same
-   cap and gate. If the lock is taken meanwhile, that holder serves it.
+   the rerun cap, the gate and that the lock is still held before each. At
+   the cap or a closed gate, or on a counter failure, stop consuming and go
+   to step 7.
+7. Release, then read the counter once more: a request that found the lock
+   busy just before the release and whose re-probe came too early is served
+   by taking the lock back (a handoff), unless the gate is closed or the cap
+   reached, which defer it (and are logged only now, with the count read
+   after the release, as in Go). If the lock is taken meanwhile, that holder
+   serves the demand. A failure of this look ends the call.
 
 Deferral (cap or gate) always leaves the demand in the counter; the next
-acquisition's run satisfies it.
+acquisition's run satisfies it. A gate that raises counts as closed for the
+rest of the call, its error kept once.
+
+Two rules hold throughout. Only the process that made the call acts for it:
+in a process the job forked (``fork()`` without ``exec``), the call ends
+once the job returns there, without touching the counter, and the lease only
+gives up that process's handle. And the lease is held by one variable that
+the cleanup sees from the moment it is acquired to the moment it is
+released, so an exception landing anywhere (a ``KeyboardInterrupt``, a
+cancellation) propagates with the lock already released.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import os
 import typing
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ._backend import Backend, Lease
+from ._backend import CLEAR, TAKE_ONE, Backend, Lease, enqueue
 from ._errors import CoordinationError, RunError
 from ._outcome import Outcome
 
@@ -55,17 +72,16 @@ __all__ = ["MAX_RERUNS", "Lines", "Step", "coalesce"]
 #: handoffs, before it retires and leaves the rest for the next acquisition.
 MAX_RERUNS = 8
 
-#: What :func:`coalesce` yields for (nothing: "run the job now"), receives
-#: (the job's exception or ``None``) and returns.
-Step = Generator[None, Exception | None, Outcome]
+#: What :func:`coalesce` yields for (the held lease: "run the job now"),
+#: receives (the job's exception or ``None``) and returns.
+Step = Generator[Lease, Exception | None, Outcome]
 
+#: Each failure of a call with the attempt it belongs to: 0 for the call's
+#: own run, n for the n-th rerun, ``None`` for the gate, the lock or the
+#: counter.
+Failures = list[tuple[Exception, int | None]]
 
-def _take_one(count: int) -> int:
-    return count - 1 if count > 0 else count
-
-
-def _clear(_count: int) -> int:
-    return 0
+_getpid = os.getpid
 
 
 def coalesce(
@@ -87,158 +103,176 @@ def coalesce(
         log: where the coalescing lines go.
 
     Yields:
-        Once per run to start; the driver sends back the job's exception or
-        ``None``. A ``BaseException`` that is not an ``Exception`` is thrown
+        The held lease, once per run to start; the driver sends back the
+        job's exception or ``None``. A ``BaseException`` that is not an ``Exception`` is thrown
         in instead, and propagates at once after the lock is released.
 
     Returns:
         The outcome, when nothing failed.
 
     Raises:
-        CoordinationError: the lock or counter failed before a run.
+        CoordinationError: the lock or counter failed before anything ran.
         RunError: a job, the gate, or the holder-side lock or counter failed.
     """
+    owner = _getpid()
+    held: Lease | None = None
     try:
-        lease = backend.try_acquire()
-    except OSError as exc:
-        raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
-    if lease is not None:
-        return (yield from _hold(backend, lease, own_entry=False, gate=gate, log=log))
-    if not queue:
-        log(
-            logging.WARNING,
-            "cycle still running; skipping tick",
-            sched_outcome=Outcome.SKIPPED.value,
-        )
-        return Outcome.SKIPPED
-    try:
-        before = backend.update_counter(lambda count: count + 1 if count < capacity else count)
-    except OSError as exc:
-        raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
-    if before >= capacity:
-        log(
-            logging.INFO,
-            "cycle still running and %d rerun request(s) already queued; discarding request",
-            before,
-            sched_outcome=Outcome.DISCARDED.value,
-            sched_pending=before,
-            sched_capacity=capacity,
-        )
-        return Outcome.DISCARDED
-    log(
-        logging.INFO,
-        "cycle still running; queued rerun request (%d of %d)",
-        before + 1,
-        capacity,
-        sched_outcome=Outcome.QUEUED.value,
-        sched_pending=before + 1,
-        sched_capacity=capacity,
-    )
-    # Re-probe once: the runner may have released between our probe and our
-    # increment, after its last look at the counter. Then nobody might serve
-    # the entry we just recorded, so we serve it ourselves.
-    try:
-        lease = backend.try_acquire()
-    except OSError as exc:
-        raise CoordinationError.from_os_error(exc, Outcome.QUEUED) from exc
-    if lease is None:
-        return Outcome.QUEUED
-    log(logging.DEBUG, "cycle lock released meanwhile; serving the queued request here")
-    return (yield from _hold(backend, lease, own_entry=True, gate=gate, log=log))
+        try:
+            held = backend.try_acquire()
+        except OSError as exc:
+            raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
+        own_entry = False
+        if held is None:
+            if not queue:
+                log(logging.WARNING, "cycle lock busy; skipping tick")
+                return Outcome.SKIPPED
+            try:
+                before = backend.update_counter(enqueue(capacity))
+            except OSError as exc:
+                raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
+            if before >= capacity:
+                log(
+                    logging.INFO,
+                    "cycle lock busy; rerun already queued; discarding request "
+                    "(%d pending, capacity %d)",
+                    before,
+                    capacity,
+                    pending=before,
+                    capacity=capacity,
+                )
+                return Outcome.DISCARDED
+            # Re-probe once: the runner may have released between our probe
+            # and our increment, after its last look at the counter. Then
+            # nobody might serve the entry we just recorded: we serve it.
+            try:
+                held = backend.try_acquire()
+            except OSError as exc:
+                raise CoordinationError.from_os_error(exc, Outcome.QUEUED) from exc
+            if held is None:
+                log(
+                    logging.INFO,
+                    "cycle lock busy; queued rerun request (%d pending, capacity %d)",
+                    before + 1,
+                    capacity,
+                    pending=before + 1,
+                    capacity=capacity,
+                )
+                return Outcome.QUEUED
+            log(logging.DEBUG, "cycle lock released meanwhile; serving the queued request here")
+            own_entry = True
 
-
-def _hold(
-    backend: Backend,
-    lease: Lease,
-    *,
-    own_entry: bool,
-    gate: Callable[[], bool] | None,
-    log: Lines,
-) -> Step:
-    """Run as the holder of ``lease``: first run, reruns, handoffs; always release."""
-    errors: list[Exception] = []
-    held: Lease | None = lease
-    try:
-        if not _gate_open(gate, errors):
-            log(logging.INFO, "cycle gate closed; skipping run", sched_outcome=Outcome.GATED.value)
-            releasing, held = held, None
-            return _finish(releasing, errors, Outcome.GATED)
+        # Holding the lock from here on.
+        failures: Failures = []
+        gate_open = _Gate(gate, failures).open
+        if not gate_open():
+            log(logging.INFO, "cycle gate closed; skipping run")
+            held = _release(held, failures)
+            return _finish(failures, Outcome.GATED)
         try:
             if own_entry:
-                # Our own entry, which the run below satisfies: take it silently.
-                backend.update_counter(_take_one)
+                backend.update_counter(TAKE_ONE)  # our own entry: this run serves it
             else:
-                stale = backend.update_counter(_clear)
+                stale = backend.update_counter(CLEAR)
                 if stale:
                     log(
                         logging.WARNING,
                         "stale queued-run marker cleared at startup (%d pending)",
                         stale,
-                        sched_pending=stale,
+                        pending=stale,
                     )
         except OSError as exc:
-            # Nothing ran. After a re-probe our entry may still stand: queued.
-            outcome = Outcome.QUEUED if own_entry else Outcome.NONE
-            raise CoordinationError.from_os_error(exc, outcome) from exc
+            failures.append((exc, None))  # the lock is won: the run starts all the same
 
-        failure = yield
-        if failure is not None:
-            errors.append(failure)
         reruns = 0
-        try:
-            while True:
-                pending = backend.read_counter()
+        attempt: int | None = 0  # of the run about to start; None: no more runs
+        while attempt is not None:
+            assert held is not None  # a run starts only under the lock
+            failure = yield held
+            if failure is not None:
+                failures.append((failure, attempt))
+            attempt = None
+            if _getpid() != owner:
+                break  # a process the job forked: the lock and the counter are its parent's
+            while True:  # find the next run, if any
+                try:
+                    pending = backend.read_counter()
+                except OSError as exc:
+                    failures.append((exc, None))
+                    if held is None:
+                        break  # the look after the release failed: stop here
+                    held = _release(held, failures)  # stop consuming; look once more
+                    continue
                 if pending == 0:
                     if held is None:
                         break
                     # Release, then look once more: a request recorded after
                     # the read above whose re-probe found us still holding
                     # has nobody else to serve it.
-                    releasing, held = held, None
-                    releasing.unlock()
+                    held = _release(held, failures)
                     continue
-                if reruns >= MAX_RERUNS:
-                    log(
-                        logging.WARNING,
-                        "rerun cap reached; deferring queued demand (%d reruns, %d pending)",
-                        reruns,
-                        pending,
-                        sched_reruns=reruns,
-                        sched_pending=pending,
-                    )
-                    break
-                if not _gate_open(gate, errors):
+                capped = reruns >= MAX_RERUNS
+                if held is not None:
+                    if capped or not gate_open():
+                        # Retire: release, then look once more, and say why
+                        # only if demand is still pending then, as Go does.
+                        held = _release(held, failures)
+                        continue
+                elif not gate_open():
                     log(
                         logging.INFO,
                         "cycle gate closed; deferring queued demand (%d pending)",
                         pending,
-                        sched_pending=pending,
+                        pending=pending,
                     )
                     break
+                elif capped:
+                    log(
+                        logging.WARNING,
+                        "rerun cap reached; deferring queued demand (%d pending, cap %d)",
+                        pending,
+                        MAX_RERUNS,
+                        pending=pending,
+                        cap=MAX_RERUNS,
+                    )
+                    break
+                handoff = held is None
                 if held is None:
-                    taken = backend.try_acquire()
-                    if taken is None:
+                    try:
+                        held = backend.try_acquire()
+                    except OSError as exc:
+                        failures.append((exc, None))
+                        break
+                    if held is None:
                         break  # another holder took the lock: it serves the demand
-                    held = taken
                     log(
                         logging.DEBUG,
                         "queued demand arrived after release; took the cycle lock back",
-                        sched_pending=pending,
+                        pending=pending,
                     )
-                if backend.update_counter(_take_one) == 0:
-                    continue  # served by a holder that came and went meanwhile
-                reruns += 1
-                log(
-                    logging.INFO,
-                    "running queued cycle request (attempt %d)",
-                    reruns,
-                    sched_attempt=reruns,
-                )
-                failure = yield
-                if failure is not None:
-                    errors.append(failure)
-        except OSError as exc:
-            errors.append(exc)  # a holder-side failure: the runs so far stand
+                elif not held.locked:
+                    failures.append((_lost(), None))  # never rerun unguarded
+                    break
+                try:
+                    had = backend.update_counter(TAKE_ONE) > 0
+                except OSError as exc:
+                    failures.append((exc, None))
+                    if not handoff:
+                        held = _release(held, failures)  # stop consuming; look once more
+                        continue
+                    had = True  # a handoff runs for the demand it saw, as in Go
+                if had:
+                    reruns += 1
+                    attempt = reruns
+                    log(
+                        logging.INFO,
+                        "running queued cycle request (attempt %d)",
+                        reruns,
+                        attempt=reruns,
+                    )
+                    break
+                # Served by a holder that came and went meanwhile: look again.
+        held = _release(held, failures)
+        return _finish(failures, Outcome.RAN_QUEUED if reruns else Outcome.RAN)
     except BaseException:
         # Whatever is propagating (a CoordinationError, KeyboardInterrupt, a
         # cancellation) goes on unchanged: a failing release must not replace it.
@@ -246,22 +280,41 @@ def _hold(
             with contextlib.suppress(OSError):
                 held.unlock()
         raise
-    return _finish(held, errors, Outcome.RAN_QUEUED if reruns else Outcome.RAN)
 
 
-def _finish(held: Lease | None, errors: list[Exception], outcome: Outcome) -> Outcome:
-    """Release ``held`` if still held; return ``outcome``, or raise it with the errors.
+def _release(held: Lease | None, failures: Failures) -> Lease | None:
+    """Release ``held`` if any; a failure is one more holder-side error.
 
-    A failing release is one more holder-side error: the outcome is kept.
+    Returns ``None``, for the caller to store in place of the lease: until
+    that store, the caller's cleanup may release it again, which does
+    nothing.
     """
     if held is not None:
         try:
             held.unlock()
         except OSError as exc:
-            errors.append(exc)
-    if errors:
+            failures.append((exc, None))
+    return None
+
+
+def _lost() -> OSError:
+    return OSError(
+        errno.ENOLCK,
+        "the cycle lock was lost before a rerun (its holder's session or descriptor is gone); "
+        "the queued demand stays recorded",
+    )
+
+
+def _finish(failures: Failures, outcome: Outcome) -> Outcome:
+    """Return ``outcome``, or raise it with the failures."""
+    if failures:
         what = "gate failed" if outcome is Outcome.GATED else "run failed"
-        raise RunError(f"cycle {what} (outcome {outcome})", errors, outcome)
+        raise RunError(
+            f"cycle {what} (outcome {outcome})",
+            [exc for exc, _ in failures],
+            outcome,
+            [attempt for _, attempt in failures],
+        )
     return outcome
 
 
@@ -284,12 +337,29 @@ class Lines:
             self._logger.log(level, message, *args, extra=self._fields | extra, stacklevel=2)
 
 
-def _gate_open(gate: Callable[[], bool] | None, errors: list[Exception]) -> bool:
-    """Consult the gate; one that raises counts as closed and its error is kept."""
-    if gate is None:
-        return True
-    try:
-        return bool(gate())
-    except Exception as exc:
-        errors.append(exc)
-        return False
+@typing.final
+class _Gate:
+    """The gate of one call. One that raises counts as closed from then on,
+    its error kept once."""
+
+    __slots__ = ("_failures", "_gate")
+
+    def __init__(self, gate: Callable[[], bool] | None, failures: Failures) -> None:
+        self._gate = gate
+        self._failures = failures
+
+    def open(self) -> bool:
+        """Whether a run may start now."""
+        gate = self._gate
+        if gate is None:
+            return True
+        try:
+            return bool(gate())
+        except Exception as exc:
+            self._failures.append((exc, None))
+            self._gate = _closed
+            return False
+
+
+def _closed() -> bool:
+    return False

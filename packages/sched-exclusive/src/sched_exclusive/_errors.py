@@ -72,27 +72,107 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
     call held the lock (an :class:`OSError`). ``outcome`` is
     :attr:`Outcome.RAN` or :attr:`Outcome.RAN_QUEUED` when a job ran, and
     :attr:`Outcome.GATED` when the gate itself raised before the first run.
-    It works with ``except*`` (subgroups keep the outcome) and pickles.
+
+    A call that holds the lock also serves requests that other processes
+    queued, so its failures are not all its own: :attr:`attempts` tells,
+    for each exception, the run it came from, and :attr:`own` is the
+    exception of the call's own run, if it failed. A one-shot caller (a
+    ``poll``) judges its request by ``own``, as the Go library's apps count
+    only the first execution.
+
+    It works with ``except*`` and ``split`` (subgroups keep the outcome and
+    each exception's attempt) and pickles.
+
+    Args:
+        message: the group's message.
+        exceptions: the failures, in order.
+        outcome: what the call did.
+        attempts: for each exception, the attempt it belongs to (see
+            :attr:`attempts`); ``None`` (the default) when unknown.
+
+    Raises:
+        ValueError: ``attempts`` does not give one attempt per exception.
+
+    .. versionchanged:: 0.2.0
+       Added ``attempts`` and ``own``.
     """
 
-    def __new__(cls, message: str, exceptions: Sequence[Exception], outcome: Outcome) -> RunError:
+    _attempts: tuple[int | None, ...]
+
+    def __new__(
+        cls,
+        message: str,
+        exceptions: Sequence[Exception],
+        outcome: Outcome,
+        attempts: Sequence[int | None] | None = None,
+    ) -> RunError:
         self = super().__new__(cls, message, exceptions)
         self.outcome = outcome
+        if attempts is None:
+            attempts = [None] * len(self.exceptions)
+        elif len(attempts) != len(self.exceptions):
+            raise ValueError(
+                f"one attempt per exception: {len(attempts)} for {len(self.exceptions)}"
+            )
+        self._attempts = tuple(attempts)
         return self
 
-    def __init__(self, message: str, exceptions: Sequence[Exception], outcome: Outcome) -> None:
+    def __init__(
+        self,
+        message: str,
+        exceptions: Sequence[Exception],
+        outcome: Outcome,
+        attempts: Sequence[int | None] | None = None,
+    ) -> None:
         super().__init__(message, exceptions)
+
+    @property
+    def attempts(self) -> tuple[int | None, ...]:
+        """The attempt of each exception, in the order of ``exceptions``.
+
+        0 is the call's own run, n the n-th queued rerun it served (the
+        ordinal of the ``running queued cycle request`` line), and ``None``
+        a failure that is no run's: the gate, the lock or the counter.
+
+        .. versionadded:: 0.2.0
+        """
+        return self._attempts
+
+    @property
+    def own(self) -> Exception | None:
+        """The exception of the call's own run, or ``None`` if that run succeeded
+        (or never started).
+
+        .. versionadded:: 0.2.0
+        """
+        for exc, attempt in zip(self.exceptions, self._attempts, strict=True):
+            if attempt == 0:
+                return exc
+        return None
 
     def derive(self, excs: Sequence[Exception]) -> RunError:  # type: ignore[override]
         """Build a subgroup with the same message and outcome (``except*``, ``split``).
 
         Args:
-            excs: the exceptions the subgroup holds.
+            excs: the exceptions the subgroup holds, each keeping its attempt
+                (one derived from a job's own exception group has none).
 
         Returns:
             A :class:`RunError` carrying this group's message and outcome.
         """
-        return RunError(self.message, excs, self.outcome)
+        unused = list(zip(self.exceptions, self._attempts, strict=True))
+        attempts: list[int | None] = []
+        for exc in excs:
+            for index, (candidate, attempt) in enumerate(unused):
+                if candidate is exc:
+                    attempts.append(attempt)
+                    del unused[index]
+                    break
+            else:
+                attempts.append(None)
+        return RunError(self.message, excs, self.outcome, attempts)
 
-    def __reduce__(self) -> tuple[type[RunError], tuple[str, list[Exception], Outcome]]:
-        return (type(self), (self.message, list(self.exceptions), self.outcome))
+    def __reduce__(
+        self,
+    ) -> tuple[type[RunError], tuple[str, list[Exception], Outcome, tuple[int | None, ...]]]:
+        return (type(self), (self.message, list(self.exceptions), self.outcome, self._attempts))

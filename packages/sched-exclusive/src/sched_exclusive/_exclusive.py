@@ -2,20 +2,68 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
+import threading
 import typing
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-from ._backend import Backend
+from ._backend import Backend, Lease
 from ._coalesce import Lines, Step, coalesce
 from ._errors import CoordinationError
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
 
-__all__ = ["Exclusive"]
+if TYPE_CHECKING:
+    import asyncio
+
+    from ._durations import Duration
+
+__all__ = ["Exclusive", "lock_lost"]
 
 _LOGGER = logging.getLogger("sched_exclusive")
+#: The lease of the job running in this context (set by the drivers around each run).
+_RUNNING: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
+    "sched_exclusive_running", default=None
+)
+
+
+def lock_lost() -> threading.Event:
+    """The event set when the running job's cycle lock is lost.
+
+    Call it from inside a job run by :class:`Exclusive` (the call's own run or
+    a rerun, sync or asyncio), before a side effect that must not happen
+    unguarded, and stop if it is set::
+
+        def job() -> None:
+            lost = lock_lost()
+            prepare()
+            if lost.is_set():
+                raise RuntimeError("the cycle lock was lost; not publishing")
+            publish()
+
+    With :meth:`Exclusive.postgres` the holder watches its session while the
+    job runs (the socket closing, and a check every 2 seconds) and sets the
+    event when the session, and the lock with it, is gone; the call then starts no rerun and reports
+    the loss. A flock(2) lock cannot be lost while its holder lives, so with
+    a directory the event is never set. Pass the event itself to threads the
+    job starts: they do not see the job's context.
+
+    Returns:
+        The event of the lease the current job runs under.
+
+    Raises:
+        RuntimeError: no job of an :class:`Exclusive` runs in this context.
+
+    .. versionadded:: 0.2.0
+    """
+    lease = _RUNNING.get()
+    if lease is None:
+        raise RuntimeError("lock_lost() is only available inside a job run by Exclusive")
+    event = getattr(lease, "lost_event", None)
+    return event if isinstance(event, threading.Event) else threading.Event()
 
 
 @typing.final
@@ -38,7 +86,24 @@ class Exclusive:
     acquisition. Both files are created on first use and never deleted, and
     Python and Go processes built on the Go library can share one directory.
 
+    A failure of the counter file never strands demand, as in the Go
+    library: one while settling the counter before the first run is reported
+    and the job runs all the same; one after a run stops the reruns and
+    releases the lock, and the look at the counter after the release still
+    hands the lock back to queued demand.
+
+    Only the calling process acts for a call. A process the job forks
+    (``fork()`` without ``exec``, a ``multiprocessing`` fork pool) never
+    releases the lock nor touches the counter: one that ends with
+    ``sys.exit()`` only closes its copy of the lock, and one that returns
+    from the job returns from the call at once (``ran``), leaving the queued
+    demand to the process that took the lock. An exception from a signal
+    handler (Ctrl-C's ``KeyboardInterrupt``), wherever it lands, propagates
+    with the lock already released.
+
     An instance holds no state between calls and may be shared by threads.
+    :meth:`postgres` makes one that coordinates machines through PostgreSQL
+    instead of a directory, with the same rules.
 
     Args:
         dir: the directory holding the two files; it must exist. Place it
@@ -68,7 +133,7 @@ class Exclusive:
             outcome = exc.outcome  # and log exc
     """
 
-    __slots__ = ("_backend", "_capacity", "_dir", "_gate", "_lines")
+    __slots__ = ("_backend", "_capacity", "_dir", "_gate", "_lines", "_name", "_off_loop")
 
     def __init__(
         self,
@@ -78,47 +143,198 @@ class Exclusive:
         queue_capacity: int = 1,
         gate: Callable[[], bool] | None = None,
     ) -> None:
+        directory = os.fspath(dir)
+        self._setup(FileBackend(directory), logger, queue_capacity, gate, {"dir": directory})
+        self._dir: str | None = directory
+        self._name: str | None = None
+        self._off_loop = False
+
+    def _setup(
+        self,
+        backend: Backend,
+        logger: logging.Logger | None,
+        queue_capacity: int,
+        gate: Callable[[], bool] | None,
+        fields: dict[str, Any],
+    ) -> None:
         if isinstance(queue_capacity, bool) or not isinstance(queue_capacity, int):
             raise TypeError(f"queue_capacity must be an int, not {queue_capacity!r}")
         if gate is not None and not callable(gate):
             raise TypeError(f"gate must be callable or None, not {gate!r}")
-        self._dir = os.fspath(dir)
         self._capacity = max(queue_capacity, 1)
         self._gate = gate
-        self._backend: Backend = FileBackend(self._dir)
-        self._lines = Lines(logger if logger is not None else _LOGGER, {"sched_dir": self._dir})
+        self._backend: Backend = backend
+        self._lines = Lines(logger if logger is not None else _LOGGER, fields)
+
+    @classmethod
+    def postgres(
+        cls,
+        conninfo: str,
+        name: str,
+        *,
+        logger: logging.Logger | None = None,
+        queue_capacity: int = 1,
+        gate: Callable[[], bool] | None = None,
+        connect_timeout: Duration = 10,
+        statement_timeout: Duration = 5,
+    ) -> Exclusive:
+        """The same coalescing across machines, coordinated through PostgreSQL.
+
+        Every replica of a job that passes the same ``conninfo`` database and
+        ``name`` shares one cycle: the lock is a session-level advisory lock
+        (``pg_try_advisory_lock`` on `advisory_key` of ``name``), held on a
+        connection of its own for the whole run, which PostgreSQL releases
+        when that session ends, as the kernel releases a dead process's
+        flock; the counter is the ``queued`` column of ``name``'s row in the
+        ``sched_exclusive`` table. :meth:`run`, :meth:`run_or_skip`,
+        :meth:`arun`, :meth:`arun_or_skip` and :meth:`pending` follow the
+        same rules, outcomes, log lines (their ``extra`` field ``job``, the
+        name, instead of ``dir``) and errors as with a directory.
+
+        What differs is what a network adds: a holder checks its session
+        before each rerun and watches it while the job runs (see
+        `lock_lost`); a lost session ends the call with a
+        `RunError` holding an ``ENOLCK`` error, the queued demand left
+        recorded. A server that does not answer ends a call within the
+        timeouts with `CoordinationError` (``errno.ETIMEDOUT``, outcome
+        ``none`` when nothing ran). A transaction-pooling proxy in between
+        (PgBouncer ``pool_mode=transaction``), which breaks session locks, is
+        refused with `CoordinationError`. ``arun`` and ``arun_or_skip`` talk
+        to the database off the event loop. Connections are pooled per
+        process and per ``conninfo``; the table is created on first use (or
+        beforehand: ``python -m sched_exclusive init-postgres CONNINFO``).
+        See the "Across machines" page for the guarantees.
+
+        It needs the ``postgres`` extra (``pip install
+        'sched-exclusive[postgres]'``, psycopg 3), imported only here.
+
+        Args:
+            conninfo: a libpq connection string or URI; libpq's ``PG*``
+                environment variables fill what it leaves out. Keepalives
+                default to 10 s idle, 5 s interval, 3 probes and a 25 s
+                ``tcp_user_timeout``, on the client and (for this session)
+                on the server, unless ``conninfo`` sets them.
+            name: the job's name across machines (the analogue of the
+                directory); any non-empty text without NUL.
+            logger: as for :class:`Exclusive`.
+            queue_capacity: as for :class:`Exclusive`.
+            gate: as for :class:`Exclusive`; with ``arun`` it is still
+                called on the event loop's thread.
+            connect_timeout: how long one connection attempt may take
+                (whole seconds, at least 2, libpq's rule); a ``timedelta``
+                or a number of seconds.
+            statement_timeout: how long one statement may run on the
+                server; the client gives up one second after it, whatever
+                the server does.
+
+        Returns:
+            The coordinator.
+
+        Raises:
+            ModuleNotFoundError: psycopg is not installed (install the
+                ``postgres`` extra).
+            TypeError: an argument of the wrong type.
+            ValueError: an empty ``name`` or one with NUL, a ``conninfo``
+                libpq cannot parse, or a timeout that is not positive (or a
+                ``connect_timeout`` under 2 s).
+
+        .. versionadded:: 0.2.0
+        """
+        from ._durations import to_seconds
+        from ._postgres import PostgresBackend
+
+        if not isinstance(conninfo, str):
+            raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        if not name or "\0" in name:
+            raise ValueError(f"name must be non-empty text without NUL, not {name!r}")
+        connect = to_seconds(connect_timeout, name="connect_timeout")
+        statement = to_seconds(statement_timeout, name="statement_timeout")
+        if connect < 2:
+            raise ValueError(
+                f"connect_timeout must be at least 2 seconds (libpq's minimum), got {connect}"
+            )
+        if statement <= 0:
+            raise ValueError(f"statement_timeout must be positive, got {statement}")
+        self = cls.__new__(cls)
+        lines_logger = logger if logger is not None else _LOGGER
+        backend = PostgresBackend(
+            conninfo,
+            name,
+            connect_timeout=connect,
+            statement_timeout=statement,
+            logger=lines_logger,
+        )
+        self._setup(backend, logger, queue_capacity, gate, {"job": name})
+        self._dir = None
+        self._name = name
+        self._off_loop = True
+        return self
 
     def __repr__(self) -> str:
+        if self._dir is None:
+            return f"Exclusive.postgres(..., {self._name!r}, queue_capacity={self._capacity})"
         return f"Exclusive({self._dir!r}, queue_capacity={self._capacity})"
 
-    @property
-    def dir(self) -> str:
-        """The directory holding ``cycle.lock`` and ``cycle.queued``."""
+    def _directory(self) -> str:
+        if self._dir is None:
+            raise AttributeError(
+                f"Exclusive.postgres(..., {self._name!r}) coordinates through PostgreSQL: "
+                "it has no directory"
+            )
         return self._dir
 
     @property
+    def dir(self) -> str:
+        """The directory holding ``cycle.lock`` and ``cycle.queued``.
+
+        Raises:
+            AttributeError: the instance coordinates through PostgreSQL.
+        """
+        return self._directory()
+
+    @property
     def lock_path(self) -> str:
-        """``dir/cycle.lock``: pass it to :func:`sched_lock.read_holder`."""
-        return join(self._dir, LOCK_NAME)
+        """``dir/cycle.lock``: pass it to :func:`sched_lock.read_holder`.
+
+        Raises:
+            AttributeError: the instance coordinates through PostgreSQL.
+        """
+        return join(self._directory(), LOCK_NAME)
 
     @property
     def queue_path(self) -> str:
-        """``dir/cycle.queued``: the queued-request counter file."""
-        return join(self._dir, QUEUE_NAME)
+        """``dir/cycle.queued``: the queued-request counter file.
+
+        Raises:
+            AttributeError: the instance coordinates through PostgreSQL.
+        """
+        return join(self._directory(), QUEUE_NAME)
 
     @property
     def queue_capacity(self) -> int:
         """The effective queue capacity (at least 1)."""
         return self._capacity
 
-    def _coalesce(self, *, queue: bool) -> Step:
+    def _coalesce(self, *, queue: bool, gate: Callable[[], bool] | None = None) -> Step:
         return coalesce(
             self._backend,
             queue=queue,
             capacity=self._capacity,
-            gate=self._gate,
+            gate=self._gate if gate is None else gate,
             log=self._lines,
         )
+
+    async def _acoalesce(self, job: Callable[[], Awaitable[object]], *, queue: bool) -> Outcome:
+        if not self._off_loop:
+            return await _adrive(self._coalesce(queue=queue), job, None)
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        gate = self._gate
+        on_loop = None if gate is None else _on_loop(loop, gate)
+        return await _adrive(self._coalesce(queue=queue, gate=on_loop), job, loop)
 
     def run(self, job: Callable[[], object]) -> Outcome:
         """Run ``job`` under the cycle lock, or queue a rerun if a cycle is in flight.
@@ -146,12 +362,19 @@ class Exclusive:
             RunError: the job raised (in the first run or any rerun), or the
                 gate raised, or the lock or counter failed while this call
                 held the lock; ``.outcome`` says what ran, ``.exceptions``
-                holds every error.
+                holds every error, ``.attempts`` the run each came from, and
+                ``.own`` is this call's own run's failure (``None`` when only
+                reruns served for other requests failed).
             CoordinationError: the lock or counter failed before any run
                 (``.outcome`` is ``none``, or ``queued`` when the request was
                 recorded but the re-probe failed).
             KeyboardInterrupt: and any other ``BaseException`` from the job,
                 at once, after the lock is released.
+
+        .. versionchanged:: 0.2.0
+           A counter failure once the lock is won no longer stops the run:
+           it is reported in the ``RunError`` and the job runs (outcome
+           ``ran``), as in the Go library.
         """
         return _drive(self._coalesce(queue=True), job)
 
@@ -181,7 +404,11 @@ class Exclusive:
 
         The lock and counter operations are a few microseconds of system
         calls and run on the event loop; the job is awaited there too.
-        Cancelling the task releases the lock and propagates at once.
+        Cancelling the task releases the lock and propagates at once. With
+        :meth:`postgres` the rules and their statements run in the loop's
+        default executor instead, so a slow database never stalls the loop;
+        a cancellation then waits for the statement in flight (within the
+        timeouts), releases, and propagates.
 
         Args:
             job: a coroutine function taking no argument.
@@ -193,7 +420,7 @@ class Exclusive:
             RunError: as for :meth:`run`.
             CoordinationError: as for :meth:`run`.
         """
-        return await _adrive(self._coalesce(queue=True), job)
+        return await self._acoalesce(job, queue=True)
 
     async def arun_or_skip(self, job: Callable[[], Awaitable[object]]) -> Outcome:
         """Await ``job()`` under the cycle lock, or skip: :meth:`run_or_skip` for asyncio.
@@ -208,7 +435,7 @@ class Exclusive:
             RunError: as for :meth:`run`.
             CoordinationError: as for :meth:`run`.
         """
-        return await _adrive(self._coalesce(queue=False), job)
+        return await self._acoalesce(job, queue=False)
 
     def pending(self) -> int:
         """Read how many rerun requests are queued (observability only).
@@ -229,23 +456,34 @@ class Exclusive:
             raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
 
 
+def _resume(step: Step, failure: Exception | None) -> Lease | Outcome:
+    """Send ``failure`` into the rules: the lease of the next run, or the outcome."""
+    try:
+        return step.send(failure)
+    except StopIteration as stop:
+        outcome: Outcome = stop.value
+        return outcome
+
+
 def _drive(step: Step, job: Callable[[], object]) -> Outcome:
     """Call ``job`` each time ``step`` asks for a run; return its outcome."""
     try:
-        next(step)
-        while True:
+        result = _resume(step, None)
+        while not isinstance(result, Outcome):
             failure: Exception | None = None
+            outer = _RUNNING.get()  # restored whatever lands where: no stale lease after
             try:
+                _RUNNING.set(result)
                 job()
             except Exception as exc:
                 failure = exc
             except BaseException as exc:
                 step.throw(exc)  # releases the lock, then re-raises exc
                 raise
-            step.send(failure)
-    except StopIteration as stop:
-        outcome: Outcome = stop.value
-        return outcome
+            finally:
+                _RUNNING.set(outer)
+            result = _resume(step, failure)
+        return result
     finally:
         # An exception that lands outside the job (a SIGINT right after it
         # returned) leaves the rules suspended: release the lock now, not
@@ -253,22 +491,93 @@ def _drive(step: Step, job: Callable[[], object]) -> Outcome:
         step.close()
 
 
-async def _adrive(step: Step, job: Callable[[], Awaitable[object]]) -> Outcome:
-    """Await ``job()`` each time ``step`` asks for a run; return its outcome."""
+async def _adrive(
+    step: Step, job: Callable[[], Awaitable[object]], loop: asyncio.AbstractEventLoop | None
+) -> Outcome:
+    """Await ``job()`` each time ``step`` asks for a run; return its outcome.
+
+    With ``loop``, every step of the rules (their statements) runs in the
+    loop's default executor, and the job on the loop.
+    """
     try:
-        next(step)
-        while True:
+        if loop is None:
+            result = _resume(step, None)
+        else:
+            result = await _off_loop(loop, _resume, step, None)
+        while not isinstance(result, Outcome):
             failure: Exception | None = None
+            outer = _RUNNING.get()
             try:
+                _RUNNING.set(result)
                 await job()
             except Exception as exc:
                 failure = exc
             except BaseException as exc:  # CancelledError included
-                step.throw(exc)
+                if loop is None:
+                    step.throw(exc)
+                else:
+                    await _off_loop(loop, _throw, step, exc)
                 raise
-            step.send(failure)
-    except StopIteration as stop:
-        outcome: Outcome = stop.value
-        return outcome
+            finally:
+                _RUNNING.set(outer)
+            if loop is None:
+                result = _resume(step, failure)
+            else:
+                result = await _off_loop(loop, _resume, step, failure)
+        return result
     finally:
-        step.close()  # as in _drive
+        if loop is None:
+            step.close()  # as in _drive
+        elif typing.cast(Any, step).gi_suspended:  # suspended in a run: release off the loop
+            await _off_loop(loop, step.close)
+
+
+def _throw(step: Step, exc: BaseException) -> None:
+    """Throw ``exc`` into the rules (they release, then re-raise it); swallow that."""
+    try:
+        step.throw(exc)
+    except BaseException as raised:
+        if raised is not exc:
+            raise
+
+
+async def _off_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` in the loop's default executor and return its result.
+
+    A cancellation waits for ``fn`` to finish (the rules must never run twice
+    at once, and a statement in flight ends within the timeouts), then
+    propagates.
+    """
+    import asyncio
+
+    future = loop.run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            try:
+                await asyncio.wait([future])
+            except asyncio.CancelledError:
+                continue
+        if not future.cancelled() and future.exception() is not None:
+            future.exception()  # retrieved: the cancellation wins
+        raise
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, gate: Callable[[], bool]) -> Callable[[], bool]:
+    """``gate``, called on ``loop``'s thread from wherever the rules run."""
+    from concurrent.futures import Future
+
+    def call() -> bool:
+        answer: Future[bool] = Future()
+
+        def ask() -> None:
+            try:
+                answer.set_result(bool(gate()))
+            except BaseException as exc:  # the rules keep a raising gate's error
+                answer.set_exception(exc)
+
+        loop.call_soon_threadsafe(ask)
+        return answer.result()
+
+    return call

@@ -19,11 +19,20 @@ from ._outcome import LOCK_NAME, QUEUE_NAME
 __all__ = ["FileBackend", "format_count", "join", "parse_count"]
 
 _INT64_MAX = 2**63 - 1
-_SPACE = b" \t\n\r\v\f"
+# What Go's strings.TrimSpace trims (unicode.IsSpace): ASCII white space,
+# U+0085, U+00A0 and the other Unicode White_Space characters.
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def parse_count(content: bytes) -> int:
-    """Read a counter file's bytes as Go's ``strconv.Atoi(strings.TrimSpace(...))``.
+    """Read a counter file's bytes as the Go library does.
+
+    That is ``strconv.Atoi(strings.TrimSpace(content))``: Unicode white space
+    trimmed (an invalid UTF-8 byte stops the trim), then an optional sign
+    and ASCII digits, leading zeros allowed, in the int64 range.
 
     Args:
         content: the counter file's bytes.
@@ -35,12 +44,15 @@ def parse_count(content: bytes) -> int:
     # Fast path: what this library and the Go library write ("N\n", N < 10**18).
     if 1 < len(content) < 20 and content[-1] == 10 and content[:-1].isdigit():
         return int(content[:-1])
-    text = content.strip(_SPACE)
-    digits = text[1:] if text[:1] in (b"+", b"-") else text
-    if not digits.isdigit() or len(digits) > 19:  # bytes.isdigit: ASCII digits only
+    text = content.decode("utf-8", "surrogateescape").strip(_GO_SPACE)
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not (digits.isascii() and digits.isdigit()):
         return 0
-    count = int(text)
-    return count if 0 <= count <= _INT64_MAX else 0
+    digits = digits.lstrip("0")
+    if len(digits) > 19:  # past int64, and past int()'s digit limit for long strings
+        return 0
+    count = int(digits or "0")
+    return count if text[:1] != "-" and count <= _INT64_MAX else 0
 
 
 def format_count(count: int) -> bytes:

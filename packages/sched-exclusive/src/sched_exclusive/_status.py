@@ -6,6 +6,10 @@ running state comes from the kernel's lock table, ``/proc/locks`` (Linux),
 matched against the lock file's device and inode; the start time from the
 holder line; the pending count from a read of the counter file under a
 shared flock of its own (never created, never written).
+
+Nothing here ever blocks: files are opened ``O_NONBLOCK`` (a FIFO in place
+of one of them is named for what it is instead of waiting for a writer), and
+the counter's flock is asked for without waiting, for a second at most.
 """
 
 from __future__ import annotations
@@ -13,20 +17,24 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import time
 import typing
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sched_lock import read_holder
+from sched_lock import MAX_SLOT_SIZE, read_holder
 
 from ._files import join, parse_count
 from ._outcome import LOCK_NAME, QUEUE_NAME
 
-__all__ = ["Status", "format_seconds", "lock_holders", "read_pending", "status"]
+__all__ = ["Status", "format_rfc3339", "format_seconds", "lock_holders", "read_pending", "status"]
 
 _PROC_LOCKS = "/proc/locks"
-_READ_LIMIT = 64 * 1024
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+#: How long the counter's flock may stay taken by another process's
+#: transaction (normally microseconds) before the status gives up.
+_COUNTER_PATIENCE = 1.0
 
 
 @typing.final
@@ -44,6 +52,8 @@ class Status(typing.NamedTuple):
     holder_pids: tuple[int, ...]
     #: Queued rerun requests.
     pending: int
+    #: What a human should know about the files (left out of ``as_json``).
+    notes: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         """The snapshot as JSON-ready values (RFC 3339 and Go duration strings)."""
@@ -168,6 +178,20 @@ def _lock_table_device(path: str) -> tuple[int, int] | None:
     return None
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def read_pending(path: str) -> int:
     """Read a counter file under a shared flock without creating or writing it.
 
@@ -175,17 +199,59 @@ def read_pending(path: str) -> int:
         The count; 0 when the file does not exist yet or holds garbage.
 
     Raises:
-        OSError: the file exists but cannot be read.
+        OSError: the file exists but cannot be read, is not a regular file,
+            or another process's transaction held it for a second.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+        fd = os.open(path, _READ_FLAGS)  # O_NONBLOCK: a FIFO must not wait for a writer
     except FileNotFoundError:
         return 0
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket
+            raise OSError(
+                f"{path} is a socket, not a regular file: Exclusive cannot use it as its counter"
+            ) from None
+        raise
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # writers hold LOCK_EX for microseconds
-        return parse_count(os.read(fd, _READ_LIMIT + 1)[:_READ_LIMIT])
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(
+                f"{path} is {_kind(mode)}, not a regular file: "
+                "Exclusive cannot use it as its counter"
+            )
+        _share(fd, path)  # writers hold LOCK_EX for microseconds
+        return parse_count(os.pread(fd, MAX_SLOT_SIZE, 0))
     finally:
         os.close(fd)
+
+
+def _share(fd: int, path: str) -> None:
+    """Take a shared flock on ``fd`` without ever blocking for long."""
+    deadline = time.monotonic() + _COUNTER_PATIENCE
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise OSError(
+                    f"{path} stayed locked for a second by a counter transaction "
+                    "that does not end (a stopped process?)"
+                ) from None
+        time.sleep(pause)  # a bounded wait for a transaction of microseconds
+        pause = min(pause * 2, 0.1)
+
+
+def _lock_note(path: str) -> str | None:
+    """Why the holder age reads as unknown, when ``path`` is not a regular file."""
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return f"{path} is {_kind(mode)}, not a regular file: the holder age is unknown"
 
 
 def status(directory: str, *, table: str = _PROC_LOCKS) -> Status:
@@ -200,7 +266,10 @@ def status(directory: str, *, table: str = _PROC_LOCKS) -> Status:
 
     Raises:
         NotADirectoryError: ``directory`` is not a directory.
-        OSError: a file exists but cannot be read.
+        OSError: the counter file exists but cannot be read or is not a
+            regular file. The lock file never fails the snapshot: a holder
+            age that cannot be read is unknown (with a note when the file is
+            not a regular file).
     """
     where = Path(directory)
     if not where.is_dir():
@@ -212,12 +281,15 @@ def status(directory: str, *, table: str = _PROC_LOCKS) -> Status:
         pids = lock_holders(lock_path, table)
     except FileNotFoundError:
         pids = ()  # never locked here yet
-    since = read_holder(lock_path)
+    since = read_holder(lock_path)  # never raises: unknown is None
+    note = _lock_note(lock_path)
+    notes = () if note is None else (note,)
     if pids is None:
-        return Status(directory, "unknown", since, None, (), pending)
+        return Status(directory, "unknown", since, None, (), pending, notes)
     if not pids:
-        return Status(directory, "idle", since, None, (), pending)
+        return Status(directory, "idle", since, None, (), pending, notes)
     running_for = None
     if since is not None:
         running_for = max(int(time.time() - since.timestamp()), 0)
-    return Status(directory, "running", since, running_for, tuple(p for p in pids if p), pending)
+    holders = tuple(p for p in pids if p)
+    return Status(directory, "running", since, running_for, holders, pending, notes)

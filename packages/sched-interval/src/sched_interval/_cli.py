@@ -40,7 +40,7 @@ arguments:
   --zero-as-once   a zero duration selects the once mode instead of external
   --min D          lower bound for a parsed positive cadence
   --max D          upper bound for a parsed positive cadence
-  --name VAR       the variable name that starts each warning (default: interval)
+  --name VAR       the variable name each warning gives (default: interval)
   -h, --help       show this help and exit
 
 output:

@@ -52,9 +52,11 @@ _UNITS: dict[str, int] = {
 _FRACTION_LIMIT = ((1 << 63) - 1) // 10
 _ONE_MICROSECOND_NS = 1_000
 _US = timedelta(microseconds=1)
-# The whole microseconds inside Go's range: -9223372036854775 .. 9223372036854775.
-_MAX_MICROS = MAX_DURATION_NS // _ONE_MICROSECOND_NS
-_MIN_MICROS = -(-MIN_DURATION_NS // _ONE_MICROSECOND_NS)
+# What the ends of Go's range round to: 9223372036854775807 ns is nearer
+# 9223372036854776 µs than 9223372036854775 µs, and likewise below zero. A
+# timedelta in this range formats, though its last microsecond may lie past
+# what Go can hold.
+_ROUNDED_MAX_MICROS = 9_223_372_036_854_776
 
 
 def _go_bytes(text: str) -> bytes:
@@ -240,28 +242,40 @@ def format_duration(value: int | timedelta) -> str:
     second; the largest unit is the hour.
 
     Args:
-        value: integer nanoseconds, or a ``timedelta``.
+        value: integer nanoseconds, or a ``timedelta``. A ``timedelta`` may
+            reach the microsecond that the ends of Go's range round to
+            (±9223372036854776 µs, one past Go's largest whole microsecond),
+            so every cadence `parse_interval` returns formats.
 
     Returns:
         The Go form of the duration.
 
     Raises:
-        ValueError: *value* lies outside the int64 nanosecond range Go can
-            represent, or is a ``bool``.
+        ValueError: *value* is an ``int`` outside Go's int64 nanosecond
+            range, a ``timedelta`` beyond ±9223372036854776 µs, or a ``bool``.
         TypeError: *value* is neither an ``int`` nor a ``timedelta``.
+
+    .. versionchanged:: 0.2.0
+       A ``timedelta`` of ±9223372036854776 µs formats.
     """
     if isinstance(value, timedelta):
-        ns = ns_from_timedelta(value)
-    elif isinstance(value, bool):
+        micros = value // _US
+        if not -_ROUNDED_MAX_MICROS <= micros <= _ROUNDED_MAX_MICROS:
+            raise ValueError(f"duration {value!r} is outside the range of a Go time.Duration")
+        return _format(micros * _ONE_MICROSECOND_NS)
+    if isinstance(value, bool):
         raise ValueError(f"duration must be integer nanoseconds, not a bool ({value!r})")
-    elif isinstance(value, int):
-        ns = value
-    else:
+    if not isinstance(value, int):
         raise TypeError(
             f"duration must be int nanoseconds or a timedelta, not {type(value).__name__}"
         )
-    if not MIN_DURATION_NS <= ns <= MAX_DURATION_NS:
+    if not MIN_DURATION_NS <= value <= MAX_DURATION_NS:
         raise ValueError(f"duration {value!r} is outside the range of a Go time.Duration")
+    return _format(value)
+
+
+def _format(ns: int) -> str:
+    """Go's ``Duration.String`` on *ns* (its algorithm holds for any magnitude)."""
     u = -ns if ns < 0 else ns
     # Built back to front, like Go's buffer, then reversed.
     out: list[str] = []
@@ -303,18 +317,15 @@ def ns_from_timedelta(value: timedelta) -> int:
 
 
 def timedelta_from_ns(ns: int) -> timedelta:
-    """Nanoseconds to a ``timedelta``, rounding half to even to the microsecond.
+    """Nanoseconds to a ``timedelta``: the nearest microsecond, ties to even.
 
-    A positive duration never becomes zero: anything from 1 ns to 500 ns gives
-    one microsecond. Rounding never leaves Go's range, so the result always
-    formats: 9223372036854775807 ns gives 9223372036854775 µs.
+    Integer arithmetic, exact over the whole int64 range: 9223372036854775807
+    ns gives 9223372036854776 µs. A positive duration never becomes zero:
+    anything from 1 ns to 500 ns gives one microsecond.
     """
-    micros, rest = divmod(ns, _ONE_MICROSECOND_NS)
-    if not rest and 0 <= micros <= _MAX_MICROS:  # the common case: whole microseconds
-        return timedelta(microseconds=micros)
+    micros, rest = divmod(ns, _ONE_MICROSECOND_NS)  # floor: rest is 0..999
     if rest > 500 or (rest == 500 and micros % 2):
         micros += 1
     if micros == 0 and ns > 0:
         micros = 1
-    micros = max(_MIN_MICROS, min(micros, _MAX_MICROS))
     return timedelta(microseconds=micros)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     #: A duration argument here: a ``timedelta``, seconds, or a Go duration string.
     DurationLike = Duration | str
+    #: A ``(low, high)`` pair of bounds; ``None`` (or a bound of zero or less) is no bound.
     Bounds = tuple[DurationLike | None, DurationLike | None]
 
 __all__ = [
@@ -67,6 +68,10 @@ _GO_WHITE_SPACE = (
     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 _SENTINELS = frozenset({"off", "disabled"})
+# The Go library's warning messages, exactly: every warning begins with one.
+_UNPARSEABLE = "cannot parse interval, using default"
+_NEGATIVE = "interval is negative, using default"
+_CLAMPED = "interval clamped"
 
 
 class Mode(StrEnum):
@@ -159,10 +164,9 @@ class Schedule:
 class IntervalWarning:
     """One warning `parse_interval` logs, as data.
 
-    Attributes:
-        template: the ``%``-style message template.
-        args: the template's arguments.
-        extra: the structured fields (keys prefixed ``sched_``).
+    ``template`` is the ``%``-style message (Go's message, then its
+    attributes as ``key=value``), ``args`` its arguments, and ``extra`` the
+    same facts as fields named after Go's attributes, prefixed ``sched_``.
     """
 
     __slots__ = ("args", "extra", "template")
@@ -263,44 +267,25 @@ def resolve(
     if len(text) <= 8 and text.isascii() and text.lower() in _SENTINELS:
         return Schedule(default_td, Mode.EXTERNAL), []
 
-    reason: str
-    error: str | None = None
     try:
         ns = parse_duration(text)
-    except DurationParseError as exc:
-        reason = "unparseable"
-        error = str(exc)
+    except DurationParseError:
+        message = _UNPARSEABLE
     else:
         if ns > 0:
-            return _positive(ns, raw, low=low, high=high, name=name, redact_value=redact_value)
+            return _positive(ns, low=low, high=high, name=name, redact_value=redact_value)
         if ns == 0:
             return Schedule(default_td, Mode.ONCE if zero_as_once else Mode.EXTERNAL), []
-        reason = "negative"
-
-    shown_default = format_duration(default_td)
-    extra: dict[str, object] = {
-        "sched_name": name,
-        "sched_reason": reason,
-        "sched_mode": str(Mode.BUILTIN),
-        "sched_interval": shown_default,
-        "sched_default": shown_default,
-    }
-    what = "cannot parse interval" if error is not None else "negative interval"
-    if redact_value:
-        warning = IntervalWarning(f"%s: {what}, using default %s", (name, shown_default), extra)
-    else:
-        extra["sched_value"] = _log_safe(raw)
-        if error is not None:
-            extra["sched_error"] = error  # Go's quoting: always printable ASCII
-        warning = IntervalWarning(
-            f"%s: {what} %r, using default %s", (name, raw, shown_default), extra
-        )
-    return Schedule(default_td, Mode.BUILTIN), [warning]
+        message = _NEGATIVE
+    facts: dict[str, object] = {"name": name}
+    if not redact_value:
+        facts["value"] = raw
+    facts["default"] = format_duration(default_ns)
+    return Schedule(default_td, Mode.BUILTIN), [_warning(message, facts)]
 
 
 def _positive(
     ns: int,
-    raw: str,
     *,
     low: tuple[int, timedelta] | None,
     high: tuple[int, timedelta] | None,
@@ -309,28 +294,33 @@ def _positive(
 ) -> tuple[Schedule, list[IntervalWarning]]:
     """A parsed positive cadence, clamped to the bounds."""
     if low is not None and ns < low[0]:
-        side, reason, bound = "below the minimum", "below_minimum", low[1]
+        bound = low
     elif high is not None and ns > high[0]:
-        side, reason, bound = "above the maximum", "above_maximum", high[1]
+        bound = high
     else:
         return Schedule(timedelta_from_ns(ns), Mode.BUILTIN), []
-    shown_bound = format_duration(bound)
-    extra: dict[str, object] = {
-        "sched_name": name,
-        "sched_reason": reason,
-        "sched_mode": str(Mode.BUILTIN),
-        "sched_interval": shown_bound,
+    facts: dict[str, object] = {"name": name}
+    if not redact_value:
+        facts["requested"] = format_duration(ns)
+    facts["clamped_to"] = format_duration(bound[0])
+    return Schedule(bound[1], Mode.BUILTIN), [_warning(_CLAMPED, facts)]
+
+
+def _warning(message: str, facts: dict[str, object]) -> IntervalWarning:
+    """Go's *message*, then Go's attributes as ``key=value`` facts, and as ``sched_key`` fields.
+
+    The raw value is shown quoted (``repr``: a typo with spaces, quotes or
+    control characters stays readable on one line); in its field, lone
+    surrogates are spelled as escapes so any handler can encode it.
+    """
+    template = (
+        message + ":" + "".join(f" {key}=%r" if key == "value" else f" {key}=%s" for key in facts)
+    )
+    extra = {
+        f"sched_{key}": _log_safe(value) if key == "value" else value  # type: ignore[arg-type]
+        for key, value in facts.items()
     }
-    if redact_value:
-        warning = IntervalWarning(
-            f"%s: interval is {side}, clamped to %s", (name, shown_bound), extra
-        )
-    else:
-        extra["sched_value"] = _log_safe(raw)
-        warning = IntervalWarning(
-            f"%s: interval %r is {side}, clamped to %s", (name, raw, shown_bound), extra
-        )
-    return Schedule(bound, Mode.BUILTIN), [warning]
+    return IntervalWarning(template, tuple(facts.values()), extra)
 
 
 def _emit(warnings: list[IntervalWarning], logger: logging.Logger | None) -> None:
@@ -361,18 +351,33 @@ def parse_interval(
     selects `Mode.EXTERNAL`, or `Mode.ONCE` with *zero_as_once*; a positive Go
     duration selects `Mode.BUILTIN` at that cadence, clamped to *bounds*; a
     negative or unparseable value falls back to `Mode.BUILTIN` at *default*
-    with a warning. A positive cadence is never zero: below one microsecond
-    it rounds up to one (``timedelta`` holds microseconds; otherwise it
-    rounds to the nearest, ties to even).
+    with a warning. A ``timedelta`` holds microseconds, so a cadence is the
+    nearest microsecond to the nanoseconds parsed (ties to even, exactly,
+    over the whole int64 range), except that a positive cadence is never
+    zero: below half a microsecond it is one.
 
-    Warnings read well with the default formatter, for example
-    ``JOB_INTERVAL: cannot parse interval 'banana', using default 6h0m0s``,
-    and carry their facts in ``extra``: ``sched_name``, ``sched_reason``
-    (``unparseable``, ``negative``, ``below_minimum``, ``above_maximum``),
-    ``sched_mode``, ``sched_interval`` (the cadence used, in Go form),
-    ``sched_default`` (on a fallback), and, unless *redact_value*,
-    ``sched_value`` (the raw value; lone surrogates spelled ``\\udcXX``) and
-    ``sched_error`` (Go's parse error, on an unparseable value).
+    Each warning begins with the Go library's message, then gives Go's
+    attributes as ``key=value`` facts, and carries the same facts in
+    ``extra`` fields named after Go's attributes with the ``sched_`` prefix
+    (``name`` is taken by ``LogRecord``). Durations are in Go's form:
+
+    * ``cannot parse interval, using default: name=JOB_INTERVAL
+      value='banana' default=6h0m0s`` (fields ``sched_name``,
+      ``sched_value``, ``sched_default``);
+    * ``interval is negative, using default: name=JOB_INTERVAL value='-1h'
+      default=6h0m0s`` (the same fields);
+    * ``interval clamped: name=JOB_INTERVAL requested=10s clamped_to=1m0s``
+      (``sched_name``, ``sched_requested``, ``sched_clamped_to``).
+
+    With *redact_value*, ``value`` and ``requested`` are left out of both
+    the message and the fields, as Go leaves them out. ``sched_value`` spells
+    lone surrogates as ``\\udcXX`` escapes.
+
+    .. versionchanged:: 0.2.0
+       Warnings begin with Go's messages and carry Go's attributes
+       (``sched_reason``, ``sched_mode``, ``sched_interval`` and
+       ``sched_error`` are gone; the clamp warning gives the requested
+       duration in Go's form, not the raw value).
 
     Args:
         raw: the value as read, for example from ``os.environ``; ``None``
@@ -388,7 +393,7 @@ def parse_interval(
             non-positive or ``None`` bound is ignored; a swapped pair is put
             in order. Bounds never apply to the default, nor to the external
             and once modes. Clamping logs a warning.
-        name: the variable's name, which starts every warning.
+        name: the variable's name, given in every warning (``name=``).
         logger: where warnings go; by default ``logging.getLogger("sched_interval")``.
         redact_value: keep the raw value out of every warning (the clamp
             warning keeps only the bound applied). Use it when the value

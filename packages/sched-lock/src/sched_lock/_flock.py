@@ -35,6 +35,7 @@ _flock = fcntl.flock
 _pwrite = os.pwrite
 _ftruncate = os.ftruncate
 _time_ns = time.time_ns
+_getpid = os.getpid
 _LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 _LOCK_UN = fcntl.LOCK_UN
 
@@ -44,24 +45,73 @@ def open_flags(follow_symlinks: bool) -> int:
     return OPEN_FLAGS if follow_symlinks else NOFOLLOW_FLAGS
 
 
-def release(fd: int) -> None:
-    """Unlock and close ``fd``.
+def release(fd: int, owner: int) -> None:
+    """Unlock and close ``fd``, locked by process ``owner``; elsewhere only close it.
 
     The explicit ``LOCK_UN`` matters when a ``fork()`` without ``exec`` has
     duplicated the descriptor: closing our copy alone would leave the lock
-    held by the child.
+    held by the child. For the same reason a forked child must never send it:
+    the lock belongs to the open file description the child shares with its
+    parent, so the child's ``LOCK_UN`` would release the parent's lock while
+    the parent still works under it.
     """
     try:
-        _flock(fd, _LOCK_UN)
+        if _getpid() == owner:
+            _flock(fd, _LOCK_UN)
     finally:
         _close(fd)
 
 
-def release_quietly(fd: int) -> None:
+def release_quietly(fd: int, owner: int) -> None:
     """:func:`release` on a failure path: an error of its own must not replace
     the one already propagating."""
     with contextlib.suppress(OSError):
-        release(fd)
+        release(fd, owner)
+
+
+# The processes that have said the holder line could not be written: one line
+# each, however often it fails (a full disk fails every acquisition).
+_TOLD: dict[int, object] = {}
+
+
+def _holder_line_failed(path: str, exc: OSError) -> None:
+    """Log, once per process, that the holder's age will read as unknown."""
+    told = object()
+    if _TOLD.setdefault(_getpid(), told) is not told:
+        return
+    import logging  # about 15 ms: paid only by a process that gets here
+
+    logging.getLogger("sched_lock").warning(
+        "lock holder line not written, so the holder's age reads as unknown "
+        "(the lock itself works; said once per process): %s: %s",
+        path,
+        exc.strerror or exc,
+        extra={"path": path, "error": exc.strerror or str(exc)},
+    )
+
+
+def _write_holder(fd: int, path: str) -> None:
+    """Record the acquisition time in the held lock file; best effort, as in Go.
+
+    A failure (a full disk, ``/dev/null`` as the lock file, an I/O error)
+    only costs the holder age a contender can read, never the lock: it is
+    logged once per process, and the file is emptied if it can be, so the age
+    reads as unknown rather than as the previous holder's.
+    """
+    line = format_holder_line(_time_ns())
+    try:
+        # Write first, then cut: on ext4 a truncate to zero followed by a write
+        # makes close() flush the data (the replace-by-truncate heuristic),
+        # about 20 times slower. A reader that races this sees a torn line,
+        # which read_holder reports as unknown, as the spec allows.
+        written = _pwrite(fd, line, 0)
+        while written < len(line):  # a short write: go on, so a failure shows its errno
+            written += _pwrite(fd, line[written:], written)
+        _ftruncate(fd, len(line))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            _ftruncate(fd, 0)
+        _holder_line_failed(path, exc)
 
 
 @final
@@ -73,14 +123,24 @@ class Lock:
     kernel releases it when the process dies. Use it as a context manager or
     call :meth:`unlock`; a lock that is garbage-collected while held is
     released with a ``ResourceWarning``, like an unclosed file.
+
+    Only the process that took the lock ever releases it. A process forked
+    from the holder (``fork()`` without ``exec``, a ``multiprocessing`` fork
+    pool) inherits a copy that is not held there (:attr:`locked` is false):
+    its :meth:`unlock`, or its copy being collected, closes the child's
+    descriptor and leaves the lock to its holder.
+
+    .. versionchanged:: 0.2.0
+       A forked child no longer releases its parent's lock.
     """
 
-    __slots__ = ("_fds", "_path")
+    __slots__ = ("_fds", "_path", "_pid")
 
-    # The descriptor, in a list so that unlock() takes it out atomically
-    # (list.pop): two threads unlocking at once can never close it twice.
+    # The descriptor, in a list so that unlock() claims it atomically (one
+    # `del`): two threads unlocking at once can never close it twice.
     _fds: list[int]
     _path: str
+    _pid: int  # the process that took the lock: the only one to release it
 
     def __init__(self) -> None:
         raise TypeError("Lock cannot be created directly; use sched_lock.try_lock()")
@@ -92,28 +152,46 @@ class Lock:
 
     @property
     def locked(self) -> bool:
-        """Whether this lock is still held (``unlock`` has not been called)."""
-        return bool(self._fds)
+        """Whether this process holds the lock.
+
+        True from :func:`try_lock` until :meth:`unlock`; never true in a
+        process forked from the holder, where the lock stays the holder's.
+
+        .. versionchanged:: 0.2.0
+           False in a forked child.
+        """
+        return bool(self._fds) and self._pid == _getpid()
 
     def unlock(self) -> None:
         """Release the lock and close the file; calling it again does nothing.
 
-        The file stays on disk (see the module documentation for why).
+        The file stays on disk (see the module documentation for why). In a
+        process forked from the holder it only closes this process's
+        descriptor: the lock stays the holder's.
 
         Raises:
             LockError: the release failed (``EBADF`` when the descriptor was
                 closed behind the lock's back, an I/O error on close...). It
                 names the path. The lock counts as released all the same.
         """
-        if self._fds:
+        fds = self._fds
+        owned = self._pid == _getpid()
+        try:
+            fd = fds[0]
+            # The claim. No call returns between it and the release below, so
+            # an exception from a signal handler (which surfaces as a call
+            # returns or a function starts) cannot land in between.
+            del fds[0]
+        except IndexError:  # not held, or another thread got there first
+            return
+        try:
             try:
-                fd = self._fds.pop()
-            except IndexError:  # another thread got there first
-                return
-            try:
-                release(fd)
-            except OSError as exc:
-                raise wrap_error(exc, "unlock", self._path) from None
+                if owned:
+                    _flock(fd, _LOCK_UN)
+            finally:
+                _close(fd)
+        except OSError as exc:
+            raise wrap_error(exc, "unlock", self._path) from None
 
     def __enter__(self) -> Lock:
         return self
@@ -128,13 +206,20 @@ class Lock:
 
     def __del__(self) -> None:
         if getattr(self, "_fds", None):
-            warnings.warn(
-                f"unreleased lock on {self._path!r}", ResourceWarning, stacklevel=1, source=self
-            )
-            self.unlock()
+            owned = self._pid == _getpid()
+            try:
+                self.unlock()  # first: a warning turned into an error must not skip it
+            finally:
+                if owned:  # a forked child's copy is closed quietly
+                    warnings.warn(
+                        f"unreleased lock on {self._path!r}",
+                        ResourceWarning,
+                        stacklevel=1,
+                        source=self,
+                    )
 
     def __repr__(self) -> str:
-        state = "locked" if self._fds else "unlocked"
+        state = "locked" if self.locked else "unlocked"
         return f"<sched_lock.Lock {self._path!r} {state}>"
 
 
@@ -148,7 +233,15 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
     never writes it; the new holder replaces its content with one line, the
     acquisition time in RFC 3339 UTC, which :func:`read_holder` (and the Go
     library's ``ReadHolder``) reads back. The line is written in place and the
-    file then cut to its length, never truncated to zero first.
+    file then cut to its length, never truncated to zero first. Writing it is
+    best effort, as in the Go library: when it fails (a full disk, a lock
+    file that is ``/dev/null``, an I/O error) the lock is held all the same,
+    the holder's age reads as unknown, and the failure is logged once per
+    process on the ``sched_lock`` logger.
+
+    An exception raised while ``try_lock`` runs (a ``KeyboardInterrupt``
+    from SIGINT, say) never leaves the lock held: the :class:`Lock` owns the
+    descriptor before the lock is taken.
 
     Args:
         path: the lock file. Keep it in a directory that untrusted users
@@ -161,42 +254,38 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
         another process, or another open of the same path in this one.
 
     Raises:
-        LockError: the file cannot be created, opened, locked or written
+        LockError: the file cannot be created, opened or locked
             (``FileNotFoundError`` for a missing directory, ``PermissionError``,
             ``ELOOP`` for a refused symlink...). It names the path.
+
+    .. versionchanged:: 0.2.0
+       A failure to write the holder line no longer refuses the lock.
     """
     name = path if type(path) is str else os.fspath(path)
+    # The owner exists before the lock is taken: from the moment the
+    # descriptor is stored in it, whatever interrupts this function finds
+    # the lock in an object that releases it.
+    lock: Lock = _new_lock(Lock)
+    lock._path = name
+    lock._pid = _getpid()
+    lock._fds = []
     try:
         fd = _open(name, OPEN_FLAGS if follow_symlinks else NOFOLLOW_FLAGS, FILE_MODE)
     except OSError as exc:
         raise wrap_error(exc, "open", name) from None
-    try:
-        _flock(fd, _LOCK_EX_NB)
-    except OSError as exc:
-        _close(fd)
-        if is_contention(exc):
-            return None
-        raise wrap_error(exc, "flock", name) from None
-    except BaseException:
-        _close(fd)
-        raise
-    try:
-        line = format_holder_line(_time_ns())
-        # Write first, then cut: on ext4 a truncate to zero followed by a write
-        # makes close() flush the data (the replace-by-truncate heuristic),
-        # about 20 times slower. A reader that races this sees a torn line,
-        # which read_holder reports as unknown, as the spec allows.
-        written = _pwrite(fd, line, 0)
-        while written < len(line):  # a short write: go on, so a failure shows its errno
-            written += _pwrite(fd, line[written:], written)
-        _ftruncate(fd, len(line))
-    except OSError as exc:
-        release_quietly(fd)
-        raise wrap_error(exc, "write holder line", name) from None
-    except BaseException:
-        release_quietly(fd)
-        raise
-    lock: Lock = _new_lock(Lock)
     lock._fds = [fd]
-    lock._path = name
+    try:
+        try:
+            _flock(fd, _LOCK_EX_NB)
+        except OSError as exc:
+            lock._fds = []
+            _close(fd)
+            if is_contention(exc):
+                return None
+            raise wrap_error(exc, "flock", name) from None
+        _write_holder(fd, name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            lock.unlock()
+        raise
     return lock

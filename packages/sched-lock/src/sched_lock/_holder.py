@@ -1,13 +1,14 @@
 """The holder line: one RFC 3339 UTC timestamp the lock holder records.
 
 The Go library writes ``time.Now().UTC().Format(time.RFC3339Nano)`` and reads
-it back with ``time.Parse(time.RFC3339Nano, strings.TrimSpace(content))``.
-:func:`format_holder_line` writes the same bytes (nine fraction digits at
-most, trailing zeros trimmed, no fraction at all on a whole second, then a
-newline) and :func:`parse_holder` accepts what Go's RFC 3339 parser accepts:
-any ``Z`` or ``±hh:mm`` offset, any number of fraction digits (digits past
-the ninth are ignored, as in Go), ASCII white space around the line.
-Everything else, torn lines included, parses to ``None``.
+it back with ``time.Parse(time.RFC3339Nano, strings.TrimSpace(content))``
+from the file's first 64 bytes. :func:`format_holder_line` writes the same
+bytes (nine fraction digits at most, trailing zeros trimmed, no fraction at
+all on a whole second, then a newline) and :func:`parse_holder` accepts what
+Go's RFC 3339 parser accepts: any ``Z`` or ``±hh:mm`` offset, any number of
+fraction digits (digits past the ninth are ignored, as in Go), Unicode white
+space around the line (Go's ``TrimSpace``). Everything else, torn lines
+included, parses to ``None``.
 
 Formatting is on the lock's hot path, so it uses ``time.gmtime`` and string
 formatting rather than ``datetime``.
@@ -16,15 +17,20 @@ formatting rather than ``datetime``.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from datetime import UTC, datetime, timedelta
 
-from ._errors import wrap_error
-
 _NS = 1_000_000_000
-# The longest line Go's parser could accept is short; a file longer than this
-# is not a holder line (it would be padded with megabytes of white space).
-_READ_LIMIT = 64 * 1024
+# Go's ReadHolder reads this much of the file, from its start.
+_HOLDER_READ = 64
+# What Go's strings.TrimSpace trims (unicode.IsSpace): ASCII white space,
+# U+0085, U+00A0 and the other Unicode White_Space characters.
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
 # The last second formatted and its "YYYY-MM-DDTHH:MM:SS" text: a lock taken
@@ -114,7 +120,13 @@ def parse_holder(content: bytes) -> datetime | None:
         nanoseconds truncated), or ``None`` when ``content`` is empty, torn or
         not an RFC 3339 timestamp. It never raises for bad content.
     """
-    text = content.strip()  # ASCII white space, as Go's TrimSpace for these bytes
+    text = content.strip()  # ASCII white space: Go's TrimSpace, for ASCII content
+    if not text.isascii():  # Unicode white space too; an invalid byte stops the trim, as in Go
+        text = (
+            text.decode("utf-8", "surrogateescape")
+            .strip(_GO_SPACE)
+            .encode("utf-8", "surrogateescape")
+        )
     fields = _date_time(text)
     fraction = _fraction(text[19:])
     if fields is None or fraction is None:
@@ -134,33 +146,36 @@ def read_holder(path: str | os.PathLike[str]) -> datetime | None:
     """Read when the current holder of the lock at ``path`` acquired it.
 
     The value is for observability (how long has the run been going?) and is
-    meaningful only while the lock is held; it never affects locking. It reads
-    lines written by this package and by the Go library alike.
+    meaningful only while the lock is held; it never affects locking, and
+    reading it never fails, as with the Go library's ``ReadHolder``: the
+    first 64 bytes of the file are read and trimmed of white space, so a line
+    Go reads as unknown reads as unknown here. It reads lines written by this
+    package and by the Go library alike, and never blocks (a FIFO in place of
+    the file is unknown at once).
 
     Args:
         path: the lock file.
 
     Returns:
         The acquisition time as a timezone-aware UTC ``datetime``, or ``None``
-        when the file is absent, empty, torn or holds garbage.
+        (unknown) when the file is absent, empty, torn or holds garbage, or
+        cannot be opened or read, or is not a regular file.
 
-    Raises:
-        LockError: the file exists but cannot be read (``PermissionError``,
-            ``IsADirectoryError``, an I/O error...). Bad content never raises.
+    .. versionchanged:: 0.2.0
+       Never raises (a directory, an unreadable file... read as unknown),
+       and reads the first 64 bytes only, as Go does.
     """
     name = os.fspath(path)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = os.open(name, _READ_FLAGS)  # O_NONBLOCK: a FIFO must not wait for a writer
+    except (OSError, ValueError):  # absent, refused, a socket, a NUL in the path...
         return None
-    except OSError as exc:
-        raise wrap_error(exc, "open", name) from None
     try:
-        content = os.read(fd, _READ_LIMIT + 1)
-    except OSError as exc:
-        raise wrap_error(exc, "read", name) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        content = os.pread(fd, _HOLDER_READ, 0)  # Go's ReadAt(buf[:64], 0)
+    except OSError:
+        return None
     finally:
         os.close(fd)
-    if len(content) > _READ_LIMIT:
-        return None
     return parse_holder(content)

@@ -13,7 +13,7 @@ import os
 
 from ._compat import TYPE_CHECKING, final
 from ._errors import SlotFileError, wrap_error
-from ._flock import FILE_MODE, open_flags, release, release_quietly
+from ._flock import FILE_MODE, open_flags, release_quietly
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -26,10 +26,13 @@ MAX_SLOT_SIZE = 64 * 1024
 _FIRST_READ = 512
 
 _flock = fcntl.flock
+_getpid = os.getpid
 _pread = os.pread
 _pwrite = os.pwrite
 _ftruncate = os.ftruncate
 _LOCK_EX = fcntl.LOCK_EX
+_LOCK_UN = fcntl.LOCK_UN
+_close = os.close
 
 
 def _error(exc: OSError, what: str, path: str, before: bytes | None) -> SlotFileError:
@@ -110,6 +113,7 @@ class SlotFile:
             TypeError: ``fn`` returned something that is not bytes-like.
         """
         path = self._path
+        owner = _getpid()  # only this process may release the flock (see release)
         try:
             fd = os.open(path, self._flags, FILE_MODE)
         except OSError as exc:
@@ -117,10 +121,17 @@ class SlotFile:
         try:
             before = _transact(fd, path, fn)
         except BaseException:
-            release_quietly(fd)  # what is propagating goes on unchanged
+            release_quietly(fd, owner)  # what is propagating goes on unchanged
             raise
         try:
-            release(fd)
+            # release(), inline: a function starting is a point where a
+            # signal handler's exception can surface, and it must not land
+            # between the transaction and the unlock.
+            try:
+                if _getpid() == owner:
+                    _flock(fd, _LOCK_UN)
+            finally:
+                _close(fd)
         except OSError as exc:
             raise _error(exc, "unlock", path, before) from None
         return before

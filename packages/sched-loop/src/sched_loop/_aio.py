@@ -12,11 +12,17 @@ import random
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from ._durations import Duration
 from ._plan import Clock, Plan
-from ._signals import DEFAULT_SIGNALS, check_signals, previous_or_default, redeliver_default
+from ._signals import (
+    DEFAULT_SIGNALS,
+    check_policy,
+    check_signals,
+    previous_or_default,
+    redeliver_default,
+)
 
 #: One unit of scheduled async work, awaited with the loop's stop event.
 AsyncJob: TypeAlias = Callable[[asyncio.Event], Awaitable[object]]
@@ -95,30 +101,38 @@ async def arun_loop(
 @contextlib.asynccontextmanager
 async def astop_on_signals(
     signals: Iterable[int] = DEFAULT_SIGNALS,
+    *,
+    second_signal: Literal["force", "catch"] = "force",
 ) -> AsyncIterator[asyncio.Event]:
-    """Turn the first of *signals* into a set ``asyncio.Event``; the second kills.
+    """Turn the first of *signals* into a set ``asyncio.Event``.
 
     The asyncio twin of `stop_on_signals`, built on
     ``loop.add_signal_handler`` (so the event is set from the event loop, never
     from a signal handler). Pass the event to `arun_loop` as its ``stop``. A
-    second signal restores that signal's default action and re-delivers it.
-    On exit the loop's handlers are removed and the previous Python-level
-    handlers restored.
+    second signal restores that signal's default action and re-delivers it
+    (``second_signal="force"``), or is caught like the first until the block
+    exits (``"catch"``). On exit the loop's handlers are removed and the
+    previous Python-level handlers restored.
 
     Args:
         signals: the signals to handle; SIGTERM and SIGINT by default.
+        second_signal: ``"force"`` or ``"catch"``, as for `stop_on_signals`.
 
     Yields:
         The stop event, set by the first signal.
 
     Raises:
-        LoopConfigError: not in the main thread, no signals, or an unknown
-            signal number. It is a ``ValueError``.
+        LoopConfigError: not in the main thread, no signals, an unknown
+            signal number or an unknown *second_signal*. It is a
+            ``ValueError``.
         RuntimeError: a signal cannot be caught (``SIGKILL``, ``SIGSTOP``).
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       The *second_signal* parameter.
     """
     sigs = check_signals(signals, "astop_on_signals")
+    force = check_policy(second_signal, "astop_on_signals")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received = 0
@@ -129,7 +143,7 @@ async def astop_on_signals(
         received += 1
         if received == 1:
             stop.set()
-        else:
+        elif force:
             loop.remove_signal_handler(signum)
             redeliver_default(signum)
 

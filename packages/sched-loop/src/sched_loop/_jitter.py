@@ -1,6 +1,6 @@
 """``jittered_delay``, the pure core of the loop's jitter, and duration coercion.
 
-The spec's Go ``JitteredDelay`` works on ``time.Duration`` (integer
+The Go library's ``JitteredDelay`` works on ``time.Duration`` (integer
 nanoseconds). The most faithful reading of its contract (uniform over
 ``[interval − fraction·interval, interval + fraction·interval)``, "a
 non-positive fraction or interval returns interval unchanged") in Go is::
@@ -86,7 +86,7 @@ def jittered_delay(
 ) -> timedelta:
     """Draw a delay uniformly from ``[interval − fraction·interval, interval + fraction·interval)``.
 
-    The pure core of the loop's jitter (the spec's ``JitteredDelay``). The draw
+    The pure core of the loop's jitter (the Go library's ``JitteredDelay``). The draw
     is made in integer nanoseconds exactly as the Go library does (see the
     module notes) and returned as a ``timedelta``, truncated to whole
     microseconds; a positive draw never becomes zero.

@@ -12,7 +12,7 @@ from ._durations import Duration
 from ._plan import Clock, Plan
 
 #: One unit of scheduled work: called with the loop's stop event, its return
-#: value is ignored (the spec's ``Job``).
+#: value is ignored (the Go library's ``Job``).
 Job: TypeAlias = Callable[[threading.Event], object]
 
 #: Block until *event* is set or *timeout* seconds pass; return whether it is set.
@@ -32,7 +32,7 @@ def run_loop(
 ) -> None:
     """Run *job* now and then on a jittered interval until *stop* is set, then drain.
 
-    The spec's ``RunLoop``. Runs are sequential: ``job(stop)`` is called in the
+    The Go library's ``RunLoop``. Runs are sequential: ``job(stop)`` is called in the
     calling thread and two runs never overlap. The first run starts at once
     with *fire_on_start* (never jittered), otherwise after one jittered delay.
     Each later delay is drawn after the previous run returns, so *interval* is

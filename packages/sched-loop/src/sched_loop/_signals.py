@@ -11,8 +11,9 @@ take again. So the handler never touches the event. Instead:
 * a helper thread blocked in ``read()`` on that pipe sets the event (from an
   ordinary thread, where taking the lock is always safe);
 * the Python-level handler, which runs later in the main thread, only counts:
-  from the second signal on it restores the default action (``SIG_DFL``) and
-  re-delivers the signal, so a second Ctrl-C stops the process at once.
+  under the ``"force"`` policy, from the second signal on it restores the
+  default action (``SIG_DFL``) and re-delivers the signal, so a second
+  Ctrl-C stops the process at once; under ``"catch"`` it does nothing more.
 
 On exit the previous handlers and the previous wakeup fd are put back, the
 helper thread is joined and the pipe is closed.
@@ -26,7 +27,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from ._errors import LoopConfigError
 
@@ -36,7 +37,20 @@ DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
 #: What ``signal.signal`` accepts and ``signal.getsignal`` returns (less ``None``).
 Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | signal.Handlers
 
+#: What a second signal may do while the helper is open: end the process with
+#: the signal's default action ("force"), or be caught like the first ("catch").
+_POLICIES = ("force", "catch")
+
 _WAKE = b"\0"  # not a signal number: tells the helper thread to finish
+
+
+def check_policy(second_signal: object, helper: str) -> bool:
+    """Validate *second_signal* for *helper*; return whether a second signal forces exit."""
+    if second_signal not in _POLICIES:
+        raise LoopConfigError(
+            f"{helper}(): second_signal must be 'force' or 'catch', not {second_signal!r}"
+        )
+    return second_signal == "force"
 
 
 def check_signals(signals: Iterable[int], helper: str) -> tuple[signal.Signals, ...]:
@@ -92,16 +106,27 @@ def _finish_watcher(wfd: int, watcher: threading.Thread, closing: threading.Even
 @contextlib.contextmanager
 def stop_on_signals(
     signals: Iterable[int] = DEFAULT_SIGNALS,
+    *,
+    second_signal: Literal["force", "catch"] = "force",
 ) -> Iterator[threading.Event]:
-    """Turn the first of *signals* into a set ``threading.Event``; the second kills.
+    """Turn the first of *signals* into a set ``threading.Event``.
 
-    The Python counterpart of Go's ``signal.NotifyContext``: pass the event to
-    `run_loop` as its ``stop`` so SIGTERM drains the loop (the run in flight
-    finishes, no new run starts). A second signal while draining restores that
-    signal's default action and re-delivers it, so a second Ctrl-C (or SIGTERM)
-    ends the process at once. The event is never set inside a signal handler,
-    so a ``wait()`` on it in the main thread cannot deadlock: a helper thread
-    woken through ``signal.set_wakeup_fd`` sets it.
+    Pass the event to `run_loop` as its ``stop`` so SIGTERM drains the loop
+    (the run in flight finishes, no new run starts). What a second signal
+    does while the block runs is *second_signal*'s choice:
+
+    * ``"force"`` (the default): it restores that signal's default action and
+      re-delivers it, so a second Ctrl-C (or SIGTERM) ends the process at
+      once, without cleanup. This is what a Go program gets by calling
+      ``stop()`` as soon as ``signal.NotifyContext``'s context is done.
+    * ``"catch"``: it is caught like the first, and so is every later one,
+      until the block exits: a daemon whose drain must not be cut short by a
+      second SIGTERM. This is Go's ``signal.NotifyContext`` with ``defer
+      stop()``.
+
+    The event is never set inside a signal handler, so a ``wait()`` on it in
+    the main thread cannot deadlock: a helper thread woken through
+    ``signal.set_wakeup_fd`` sets it.
 
     On exit the previous handlers and the previous wakeup fd are restored; the
     event stays as it is. While the block runs it owns the process's wakeup
@@ -109,18 +134,23 @@ def stop_on_signals(
 
     Args:
         signals: the signals to handle; SIGTERM and SIGINT by default.
+        second_signal: ``"force"`` or ``"catch"``, as above.
 
     Yields:
         The stop event, set by the first signal.
 
     Raises:
-        LoopConfigError: not in the main thread, no signals, or an unknown
-            signal number. It is a ``ValueError``.
+        LoopConfigError: not in the main thread, no signals, an unknown
+            signal number or an unknown *second_signal*. It is a
+            ``ValueError``.
         OSError: a signal cannot be caught (``SIGKILL``, ``SIGSTOP``).
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       The *second_signal* parameter.
     """
     sigs = check_signals(signals, "stop_on_signals")
+    force = check_policy(second_signal, "stop_on_signals")
     stop = threading.Event()
     received = 0
 
@@ -128,7 +158,7 @@ def stop_on_signals(
         # Runs in the main thread: never touch `stop` here (see the module notes).
         nonlocal received
         received += 1
-        if received > 1:
+        if received > 1 and force:
             redeliver_default(signum)
 
     with contextlib.ExitStack() as undo:  # undone in reverse order

@@ -34,7 +34,11 @@ if TYPE_CHECKING:
 
     from ._durations import Duration
 
-__all__ = [  # noqa: F822 - DIAL_TIMEOUT comes from __getattr__
+    #: How long `submit` and `asubmit` wait to connect (5 seconds), including a
+    #: wait for room in a full accept backlog.
+    DIAL_TIMEOUT: timedelta
+
+__all__ = [  # DIAL_TIMEOUT comes from __getattr__
     "DIAL_TIMEOUT",
     "MAX_PATH_BYTES",
     "path_too_long",

@@ -13,6 +13,7 @@ from ._durations import Duration, to_timedelta
 
 __all__ = ["CANCELLED_REASON", "TRIGGER_EXTERNAL", "Job", "Outcome"]
 
+#: The payload type: what a trigger carries to its run (a dataclass, parsed JSON, ...).
 P = TypeVar("P")
 
 #: The trigger name of a request that arrived through the socket server.
@@ -80,7 +81,7 @@ class Outcome:
 
     @property
     def duration_ms(self) -> int:
-        """Whole milliseconds of `duration`, truncated toward zero, as the wire carries it."""
+        """Whole milliseconds of ``duration``, truncated toward zero, as the wire carries it."""
         d = self.duration
         if not d:
             return 0

@@ -21,7 +21,7 @@ P = TypeVar("P")
 
 @final
 class Queue(Generic[P]):
-    """A bounded FIFO of `Job` s that never blocks the submitter.
+    """A bounded FIFO of `Job` objects that never blocks the submitter.
 
     `submit` accepts a job or fails fast, from any thread (a ticker thread as
     well as the event loop). The receiving side takes jobs from a plain thread

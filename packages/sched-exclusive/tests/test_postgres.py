@@ -1,0 +1,626 @@
+"""What a network adds to the rules: a real PostgreSQL server, real processes, real signals.
+
+The tests that take ``pg`` or ``postgres_required`` need ``SCHED_TEST_POSTGRES``
+(``nox -s postgres`` starts a throw-away cluster); the ones that stop the
+server's processes need it to run on this machine, and the proxy tests need
+PgBouncer installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import gc
+import itertools
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sched_exclusive_testkit import DEADLINE, Child, PgWorld, close_postgres_sessions
+
+from sched_exclusive import (
+    CoordinationError,
+    Exclusive,
+    Outcome,
+    RunError,
+    advisory_key,
+    lock_lost,
+)
+
+
+@pytest.fixture
+def pg(postgres_required: str) -> Iterator[PgWorld]:
+    """A fresh job name in the test database."""
+    world = PgWorld(postgres_required)
+    try:
+        yield world
+    finally:
+        world.close()
+        close_postgres_sessions()
+
+
+def holder_backend(world: PgWorld) -> int | None:
+    """The server pid holding ``world``'s advisory lock, from ``pg_locks``."""
+    key = advisory_key(world.name)
+    row = world.conn.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+        "AND classid = %s::bigint::oid AND objid = %s::bigint::oid",
+        ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def local_backend(pid: int) -> bool:
+    """Whether ``pid`` is a PostgreSQL process on this machine that we may signal."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "postgres"
+    except OSError:
+        return False
+
+
+def test_the_key_is_stable_and_documented() -> None:
+    """``advisory_key`` is SHA-256 of the prefix and the name, its first 8 bytes signed."""
+    import hashlib
+
+    digest = hashlib.sha256(b"sched-exclusive\x00nightly-backup").digest()
+    assert int.from_bytes(digest[:8], "big", signed=True) == advisory_key("nightly-backup")
+    assert 4_808_812_862_493_589_041 == advisory_key("nightly-backup")
+
+
+def test_two_holders_in_one_process_never_share_a_session(pg: PgWorld) -> None:
+    """A second call in the same process, thread or job finds the lock busy (advisory
+    locks are re-entrant within one session: each holder has its own)."""
+    ex = pg.exclusive()
+    inner: list[Outcome] = []
+    in_thread: list[Outcome] = []
+
+    def job() -> None:
+        inner.append(ex.run_or_skip(lambda: None))
+        worker = threading.Thread(target=lambda: in_thread.append(ex.run_or_skip(lambda: None)))
+        worker.start()
+        worker.join()
+
+    assert Outcome.RAN == ex.run(job)
+    assert ([Outcome.SKIPPED], [Outcome.SKIPPED]) == (inner, in_thread)
+
+
+def test_the_table_is_created_once_even_by_racing_first_users(postgres_required: str) -> None:
+    """Two first users at once in an empty schema both succeed; the table appears once."""
+    import psycopg
+
+    schema = f"s{os.getpid()}_{time.monotonic_ns()}"
+    with psycopg.connect(postgres_required, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    dsn = f"{postgres_required} options='-c search_path={schema}'"
+    try:
+        results: list[Any] = []
+
+        def first_use(name: str) -> None:
+            try:
+                results.append(Exclusive.postgres(dsn, name).run(lambda: None))
+            except Exception as exc:  # reported below
+                results.append(exc)
+
+        threads = [threading.Thread(target=first_use, args=(f"job{i}",)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [Outcome.RAN] * 4 == results
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT name, queued FROM sched_exclusive ORDER BY name").fetchall()
+        assert [(f"job{i}", 0) for i in range(4)] == rows
+    finally:
+        close_postgres_sessions()
+        with psycopg.connect(postgres_required, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+HOLDER = """
+import sys
+from sched_exclusive import Exclusive
+def job():
+    print("running", flush=True)
+    sys.stdin.readline()
+print(Exclusive.postgres(sys.argv[1], sys.argv[2]).run(job), flush=True)
+"""
+
+
+def test_a_sigkilled_holder_frees_the_lock_within_50ms(pg: PgWorld, children: list[Child]) -> None:
+    """A holder killed mid-job: PostgreSQL ends its session as the kernel closes the
+    socket, and another process acquires within 50 ms; the demand it left is served."""
+    holder = Child(HOLDER, pg.dsn, pg.name)
+    children.append(holder)
+    assert "running" == holder.read_line()
+    ex = pg.exclusive()
+    assert Outcome.QUEUED == ex.run(lambda: None)
+    killed = time.monotonic()
+    holder.process.send_signal(signal.SIGKILL)
+    taken = None
+    while taken is None and time.monotonic() - killed < DEADLINE:
+        taken = pg.try_hold()
+    acquired = time.monotonic() - killed
+    assert taken is not None
+    assert acquired <= 0.050, f"acquired {acquired * 1000:.1f} ms after SIGKILL"
+    taken.unlock()
+    assert -signal.SIGKILL == holder.process.wait()
+    assert Outcome.RAN == ex.run(lambda: None)  # clears the orphaned request
+    assert 0 == ex.pending()
+
+
+def test_a_terminated_session_is_seen_by_the_job_and_stops_the_reruns(
+    pg: PgWorld, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pg_terminate_backend on the holder's session during a job: the job sees it
+    (lock_lost), no rerun starts on the dead session, the call reports ENOLCK with
+    outcome ran, the request queued meanwhile stays recorded, and a warning says why."""
+    caplog.set_level(logging.WARNING, "sched_exclusive")
+    ex = pg.exclusive()
+    runs = 0
+    seen: list[bool] = []
+
+    def job() -> None:
+        nonlocal runs
+        runs += 1
+        lost = lock_lost()
+        assert not lost.is_set()
+        assert Outcome.QUEUED == pg.exclusive().run(lambda: None)  # demand meanwhile
+        pid = holder_backend(pg)
+        assert pid is not None
+        pg.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        seen.append(lost.wait(DEADLINE))  # the monitor sees the socket close
+
+    with pytest.raises(RunError) as caught:
+        ex.run(job)
+    assert [True] == seen
+    assert 1 == runs
+    assert Outcome.RAN == caught.value.outcome
+    assert [errno.ENOLCK] == [getattr(e, "errno", None) for e in caught.value.exceptions]
+    assert 1 == pg.counter()
+    assert pg.lock_is_free()
+    assert any(
+        r.getMessage().startswith("cycle lock session lost; the running job is no longer guarded")
+        for r in caplog.records
+    )
+    assert Outcome.RAN == ex.run(lambda: None)  # the next holder serves the demand
+
+
+def test_a_session_lost_with_nothing_queued_is_reported(pg: PgWorld) -> None:
+    """A session lost during a run with no request queued: the release reports it."""
+
+    def job() -> None:
+        pid = holder_backend(pg)
+        assert pid is not None
+        pg.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert lock_lost().wait(DEADLINE)
+
+    with pytest.raises(RunError) as caught:
+        pg.exclusive().run(job)
+    assert Outcome.RAN == caught.value.outcome
+    [error] = caught.value.exceptions
+    assert isinstance(error, OSError)
+    assert errno.ENOLCK == error.errno
+    assert "lost while the job ran" in str(error)
+
+
+def test_lock_lost_outside_a_job_is_an_error() -> None:
+    """lock_lost() answers only inside a job."""
+    with pytest.raises(RuntimeError, match="only available inside a job"):
+        lock_lost()
+
+
+def test_lock_lost_is_never_set_for_a_directory(tmp_path: Path) -> None:
+    """A flock lock cannot be lost while its holder lives: the event stays clear."""
+    events: list[threading.Event] = []
+    Exclusive(tmp_path).run(lambda: events.append(lock_lost()))
+    assert [False] == [e.is_set() for e in events]
+
+
+COUNTER = """
+import sys
+from sched_exclusive import Exclusive
+from sched_exclusive._backend import enqueue
+ex = Exclusive.postgres(sys.argv[1], sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
+change = enqueue(10**9)
+print(" ".join(str(ex._backend.update_counter(change)) for _ in range(int(sys.argv[3]))))
+"""
+
+
+def test_the_counter_is_exact_under_8_processes_x_1000_operations(
+    pg: PgWorld, children: list[Child]
+) -> None:
+    """8 processes increment one counter 1,000 times each, at once: it ends at 8,000 and
+    every value before a change was seen exactly once (no lost or doubled update)."""
+    for _ in range(8):
+        children.append(Child(COUNTER, pg.dsn, pg.name, "1000"))
+    for child in children:
+        assert "ready" == child.read_line()
+    for child in children:
+        child.write_line("go")
+    seen = [int(v) for child in children for v in child.read_line().split()]
+    assert 8000 == pg.counter()
+    assert list(range(8000)) == sorted(seen)
+
+
+def test_the_loop_ticks_while_a_statement_is_stalled(pg: PgWorld) -> None:
+    """arun talks to the database off the loop: while a statement waits on a row that
+    another session keeps locked, a task on the same loop ticks every 10 ms (±5 ms);
+    the statement timeout then ends the call with CoordinationError (ETIMEDOUT, outcome
+    none) within the configured timeouts."""
+    import psycopg
+
+    pg.hold()  # busy: the request goes for the counter
+    blocker = psycopg.connect(pg.dsn)  # a transaction left open on the row
+    blocker.execute("SELECT queued FROM sched_exclusive WHERE name = %s FOR UPDATE", (pg.name,))
+    ex = pg.exclusive(statement_timeout=0.5)
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            ticks.append(loop.time())
+            # sleep-ok: the ticking task whose regularity is under test
+            await asyncio.sleep(0.01)
+
+    async def main() -> tuple[BaseException | None, float]:
+        task = asyncio.create_task(ticker())
+        # sleep-ok: let the ticker start before the call
+        await asyncio.sleep(0.02)
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            await ex.arun(lambda: asyncio.sleep(0))
+        except CoordinationError as exc:
+            error = exc
+        took = time.monotonic() - started
+        task.cancel()
+        return error, took
+
+    # A full garbage collection (this process has made many objects by now) would
+    # stall the loop by itself: keep it out of the measured stretch.
+    gc.collect()
+    gc.disable()
+    try:
+        error, took = asyncio.run(main())
+    finally:
+        gc.enable()
+        blocker.close()
+    assert isinstance(error, CoordinationError)
+    assert (Outcome.NONE, errno.ETIMEDOUT) == (error.outcome, error.errno)
+    assert took < 0.5 + 1.0 + 0.5, took
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
+    assert len(gaps) >= 40
+    assert [] == [round(g * 1000, 1) for g in gaps if not 0.005 <= g <= 0.015]
+
+
+def test_the_gate_is_asked_on_the_loop_thread(pg: PgWorld) -> None:
+    """With arun the rules run in a worker thread, but the gate is still called on the
+    event loop's thread."""
+    threads: list[int] = []
+
+    def gate() -> bool:
+        threads.append(threading.get_ident())
+        return True
+
+    async def main() -> Outcome:
+        return await pg.exclusive(gate=gate).arun(lambda: asyncio.sleep(0))
+
+    assert Outcome.RAN == asyncio.run(main(), debug=True)
+    assert [threading.get_ident()] == threads
+
+
+def test_a_stopped_server_ends_the_call_within_the_timeouts(pg: PgWorld) -> None:
+    """The server's processes stopped (SIGSTOP) mid-conversation: the client's deadline
+    (statement timeout + 1 s) ends the call with CoordinationError, ETIMEDOUT, outcome
+    none; nothing ran."""
+    ex = pg.exclusive(statement_timeout=0.3)
+    ex.run(lambda: None)  # its sessions are pooled now
+    backend = ex._backend
+    pids = [s.server_pid for s in backend.pool._idle]  # type: ignore[attr-defined]
+    if not pids or not all(local_backend(pid) for pid in pids):
+        pytest.skip("the PostgreSQL server does not run on this machine")
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CoordinationError) as caught:
+            ex.run(lambda: pytest.fail("must not run"))
+        took = time.monotonic() - started
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert (Outcome.NONE, errno.ETIMEDOUT) == (caught.value.outcome, caught.value.errno)
+    assert took < 0.3 + 1.0 + 0.5, took
+    assert Outcome.RAN == ex.run(lambda: None)  # fresh sessions once it answers
+
+
+def test_an_unreachable_server_ends_the_call_within_the_connect_timeout() -> None:
+    """A server that accepts the connection and never answers: connect_timeout ends the
+    call with CoordinationError, ETIMEDOUT, outcome none."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        ex = Exclusive.postgres(f"hostaddr=127.0.0.1 port={port} user=x dbname=x", "job")
+        started = time.monotonic()
+        with pytest.raises(CoordinationError) as caught:
+            Exclusive.postgres(
+                f"hostaddr=127.0.0.1 port={port} user=x dbname=x", "job", connect_timeout=2
+            ).run(lambda: pytest.fail("must not run"))
+        took = time.monotonic() - started
+        assert repr(ex) == "Exclusive.postgres(..., 'job', queue_capacity=1)"
+    assert (Outcome.NONE, errno.ETIMEDOUT) == (caught.value.outcome, caught.value.errno)
+    assert took < 2 + 1.5, took
+
+
+def test_a_refused_connection_is_a_coordination_error() -> None:
+    """Nothing listens: CoordinationError at once, outcome none, PostgreSQL's words kept."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(CoordinationError) as caught:
+        Exclusive.postgres(f"hostaddr=127.0.0.1 port={port}", "job").run(lambda: None)
+    assert Outcome.NONE == caught.value.outcome
+    assert "PostgreSQL failed (connecting)" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "error"),
+    [
+        ("name", "", ValueError),
+        ("name", "a\0b", ValueError),
+        ("name", b"x", TypeError),
+        ("conninfo", None, TypeError),
+        ("connect_timeout", 1, ValueError),
+        ("statement_timeout", 0, ValueError),
+        ("statement_timeout", float("nan"), ValueError),
+        ("conninfo", "host='unterminated", ValueError),
+    ],
+)
+def test_bad_arguments_are_refused(argument: str, value: object, error: type[Exception]) -> None:
+    """Bad arguments fail at construction, naming what was wrong."""
+    kwargs: dict[str, Any] = {"conninfo": "", "name": "job", argument: value}
+    with pytest.raises(error, match=argument if argument != "name" else "name"):
+        Exclusive.postgres(**kwargs)
+
+
+def test_a_postgres_exclusive_has_no_directory() -> None:
+    """dir, lock_path and queue_path belong to the flock backend."""
+    ex = Exclusive.postgres("", "job")
+    for attribute in ("dir", "lock_path", "queue_path"):
+        with pytest.raises(AttributeError, match="coordinates through PostgreSQL"):
+            getattr(ex, attribute)
+
+
+FORKING = """
+import os, sys
+from sched_exclusive import Exclusive
+holder = os.getpid()
+runs = []
+def job():
+    runs.append(os.getpid())
+    if len(runs) == 1:
+        print("running", flush=True)
+        sys.stdin.readline()
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("forked child exited", os.waitstatus_to_exitcode(status), flush=True)
+        sys.stdin.readline()
+outcome = Exclusive.postgres(sys.argv[1], sys.argv[2]).run(job)
+print(outcome, len(runs), flush=True)
+"""
+
+
+def test_a_forked_child_never_releases_the_session_lock(pg: PgWorld, children: list[Child]) -> None:
+    """A job that forks a child which ends with sys.exit(): the child's unwinding leaves
+    the session (and the lock) to the holder; the holder serves the queued request."""
+    holder = Child(FORKING, pg.dsn, pg.name)
+    children.append(holder)
+    assert "running" == holder.read_line()
+    ex = pg.exclusive()
+    assert Outcome.QUEUED == ex.run(lambda: pytest.fail("must not run here"))
+    holder.write_line("fork")
+    assert "forked child exited 0" == holder.read_line()
+    assert Outcome.SKIPPED == ex.run_or_skip(lambda: pytest.fail("must not run here"))
+    holder.write_line("")
+    assert "ran-queued 2" == holder.read_line()
+    assert 0 == holder.finish(), holder.stderr_text()
+
+
+# --- a real PgBouncer in front of the server ------------------------------------------
+
+
+def start_pgbouncer(dsn: str, mode: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start PgBouncer in ``mode`` in front of the test server; return it, its
+    connection string and its directory."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    binary = shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+    )
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("PgBouncer is not installed (.ci/run installs it)")
+        pytest.skip("PgBouncer is not installed")
+    params = conninfo_to_dict(dsn)
+    host = str(params.get("host", ""))
+    if not host.startswith("/"):
+        pytest.skip("the PgBouncer tests need the test server on a unix socket")
+    workdir = tempfile.mkdtemp(prefix="pgbouncer-")
+    port = 6400 + os.getpid() % 1000
+    user = str(params.get("user", "postgres"))
+    dbname = str(params.get("dbname", "postgres"))
+    Path(workdir, "users.txt").write_text(f'"{user}" ""\n')
+    Path(workdir, "pgbouncer.ini").write_text(
+        f"[databases]\n{dbname} = host={host} dbname={dbname} user={user}\n"
+        f"[pgbouncer]\nlisten_port = {port}\nunix_socket_dir = {workdir}\n"
+        f"auth_type = trust\nauth_file = {workdir}/users.txt\npool_mode = {mode}\n"
+        f"logfile = {workdir}/log\npidfile = {workdir}/pid\n"
+    )
+    command = [binary, f"{workdir}/pgbouncer.ini"]
+    if os.geteuid() == 0:  # PgBouncer refuses to run as root
+        shutil.chown(workdir, "postgres")
+        for name in ("users.txt", "pgbouncer.ini"):
+            shutil.chown(Path(workdir, name), "postgres")
+        command = ["runuser", "-u", "postgres", "--", *command]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + DEADLINE
+    while not Path(workdir, f".s.PGSQL.{port}").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            stderr = process.stderr.read() if process.stderr else b""
+            pytest.fail(f"PgBouncer did not start: {stderr!r}")
+        # sleep-ok: waiting for a daemon's socket to appear (bounded by the deadline)
+        time.sleep(0.01)
+    return process, f"host={workdir} port={port} user={user} dbname={dbname}", workdir
+
+
+@pytest.fixture(params=["transaction", "session"])
+def pgbouncer(request: pytest.FixtureRequest, postgres_required: str) -> Iterator[tuple[str, str]]:
+    process, dsn, workdir = start_pgbouncer(postgres_required, request.param)
+    try:
+        yield request.param, dsn
+    finally:
+        close_postgres_sessions()
+        process.terminate()
+        process.wait(DEADLINE)
+        if process.stderr is not None:
+            process.stderr.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> None:
+    """Behind PgBouncer in transaction mode, session locks mean nothing: the call is
+    refused with CoordinationError (outcome none) saying what to change, and nothing
+    runs. In session mode it works."""
+    mode, dsn = pgbouncer
+    ex = Exclusive.postgres(dsn, f"bouncer-{mode}")
+    if mode == "session":
+        assert Outcome.RAN == ex.run(lambda: None)
+        return
+    for call in (ex.run, ex.run_or_skip):
+        with pytest.raises(CoordinationError) as caught:
+            call(lambda: pytest.fail("must not run behind a transaction pooler"))
+        assert Outcome.NONE == caught.value.outcome
+        assert "transaction-pooling proxy" in str(caught.value)
+        assert "session mode" in str(caught.value)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sched_exclusive", *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
+def test_status_reports_the_holder_without_taking_the_lock(
+    pg: PgWorld, children: list[Child]
+) -> None:
+    """`status --postgres` says running, since when, which host and pid, and the queued
+    count, from pg_locks and the row: the lock is never probed, so a request arriving
+    meanwhile still finds the holder's lock busy."""
+    idle = cli("status", "--postgres", pg.dsn, pg.name)
+    assert (0, f"{pg.name}: idle; 0 queued requests\n") == (idle.returncode, idle.stdout)
+    holder = Child(HOLDER, pg.dsn, pg.name)
+    children.append(holder)
+    assert "running" == holder.read_line()
+    assert Outcome.QUEUED == pg.exclusive().run(lambda: None)
+    shown = cli("status", "--postgres", pg.dsn, pg.name)
+    assert 0 == shown.returncode, shown.stderr
+    line = shown.stdout
+    assert line.startswith(f"{pg.name}: running since ")
+    assert f"host {socket.gethostname()}, pid {holder.process.pid}; 1 queued request\n" in line
+    fields = json.loads(cli("status", "--postgres", pg.dsn, pg.name, "--json").stdout)
+    assert ("running", 1, holder.process.pid) == (
+        fields["state"],
+        fields["pending"],
+        fields["pid"],
+    )
+    assert holder_backend(pg) == fields["backend_pid"]
+    holder.write_line("")
+    assert "running" == holder.read_line()  # the rerun of the queued request
+    holder.write_line("")
+    assert "ran-queued" == holder.read_line()
+    after = cli("status", "--postgres", pg.dsn, pg.name)
+    assert after.stdout.startswith(f"{pg.name}: idle (last cycle started ")
+
+
+def test_status_of_a_database_without_the_table(postgres_required: str) -> None:
+    """Before any job ran, the table may not exist: idle, 0 queued, and a note."""
+    import psycopg
+
+    schema = f"empty{os.getpid()}"
+    with psycopg.connect(postgres_required, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        dsn = f"{postgres_required} options='-c search_path={schema}'"
+        shown = cli("status", "--postgres", dsn, "job")
+        assert (0, "job: idle; 0 queued requests\n") == (shown.returncode, shown.stdout)
+        assert "does not exist yet" in shown.stderr
+        made = cli("init-postgres", dsn)
+        assert 0 == made.returncode, made.stderr
+        assert made.stdout.startswith(f"{schema}.sched_exclusive is ready")
+        again = cli("init-postgres", dsn)  # idempotent
+        assert made.stdout == again.stdout
+    finally:
+        with psycopg.connect(postgres_required, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_status_of_an_unreachable_database_exits_1() -> None:
+    """A database that cannot be reached: exit status 1 and PostgreSQL's words."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    shown = cli("status", "--postgres", f"hostaddr=127.0.0.1 port={port}", "job")
+    assert 1 == shown.returncode
+    assert shown.stderr.startswith("python -m sched_exclusive status: PostgreSQL failed")
+
+
+#: The docs' example of a replicated job (absent where the suite runs from a wheel).
+REPLICA = Path(__file__).resolve().parents[3] / "docs" / "examples" / "replica.py"
+
+
+def test_the_docs_replica_example_runs_and_queues(pg: PgWorld) -> None:
+    """The "Across machines" page's example: a poll runs the cycle when the lock is free,
+    and queues behind another replica's cycle when it is not."""
+    if not REPLICA.exists():
+        pytest.skip("the docs are not beside this suite")
+    env = {**os.environ, "JOB_POSTGRES": pg.dsn, "JOB_NAME": pg.name}
+
+    def poll() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(REPLICA)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+            check=False,
+        )
+
+    ran = poll()
+    assert (0, "published: 42 rows\npoll: ran\n") == (ran.returncode, ran.stdout), ran.stderr
+    other = pg.hold()  # another replica's cycle
+    queued = poll()
+    assert (0, "poll: queued\n") == (queued.returncode, queued.stdout), queued.stderr
+    other.unlock()
+    assert 1 == pg.counter()
