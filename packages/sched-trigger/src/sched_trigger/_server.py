@@ -309,11 +309,7 @@ class Server(Generic[P]):
         self._wake_scheduled = False  # first: a change after this schedules a new wake-up
         changed = self._changed
         while changed:
-            connection = changed.popleft()
-            connection._advance()
-            # What the worker produced is complete for this turn: write it now
-            # rather than one more turn of the loop later.
-            connection._flush()
+            changed.popleft().catch_up()
 
     def _close_socket(self) -> None:
         self._stop_accepting()
@@ -551,6 +547,15 @@ class _Connection(asyncio.Protocol):
             return  # the loop has not run the last wake-up yet: it will see this change too
         self._advance_pending = True
         server._changed_elsewhere(self)
+
+    def catch_up(self) -> None:
+        """On the loop, after another thread changed the job: send what it produced.
+
+        What the worker produced is complete for this turn: it is written now
+        rather than one more turn of the loop later.
+        """
+        self._advance()
+        self._flush()
 
     def _advance(self) -> None:
         self._advance_pending = False
