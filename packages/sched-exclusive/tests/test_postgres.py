@@ -454,9 +454,11 @@ def test_a_forked_child_never_releases_the_session_lock(pg: PgWorld, children: l
 # --- a real PgBouncer in front of the server ------------------------------------------
 
 
-def start_pgbouncer(dsn: str, mode: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start PgBouncer in ``mode`` in front of the test server; return it, its
-    connection string and its directory."""
+def start_pgbouncer(
+    dsn: str, mode: str, pool_size: int = 20
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start PgBouncer in ``mode`` (``pool_size`` server connections at most) in front
+    of the test server; return it, its connection string and its directory."""
     from psycopg.conninfo import conninfo_to_dict
 
     binary = shutil.which("pgbouncer") or (
@@ -479,6 +481,7 @@ def start_pgbouncer(dsn: str, mode: str) -> tuple[subprocess.Popen[bytes], str, 
         f"[databases]\n{dbname} = host={host} dbname={dbname} user={user}\n"
         f"[pgbouncer]\nlisten_port = {port}\nunix_socket_dir = {workdir}\n"
         f"auth_type = trust\nauth_file = {workdir}/users.txt\npool_mode = {mode}\n"
+        f"default_pool_size = {pool_size}\n"
         f"logfile = {workdir}/log\npidfile = {workdir}/pid\n"
     )
     command = [binary, f"{workdir}/pgbouncer.ini"]
@@ -499,18 +502,23 @@ def start_pgbouncer(dsn: str, mode: str) -> tuple[subprocess.Popen[bytes], str, 
     return process, f"host={workdir} port={port} user={user} dbname={dbname}", workdir
 
 
+def stop_pgbouncer(process: subprocess.Popen[bytes], workdir: str) -> None:
+    """Stop what :func:`start_pgbouncer` started (after this process's sessions)."""
+    close_postgres_sessions()
+    process.terminate()
+    process.wait(DEADLINE)
+    if process.stderr is not None:
+        process.stderr.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 @pytest.fixture(params=["transaction", "session"])
 def pgbouncer(request: pytest.FixtureRequest, postgres_required: str) -> Iterator[tuple[str, str]]:
     process, dsn, workdir = start_pgbouncer(postgres_required, request.param)
     try:
         yield request.param, dsn
     finally:
-        close_postgres_sessions()
-        process.terminate()
-        process.wait(DEADLINE)
-        if process.stderr is not None:
-            process.stderr.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_pgbouncer(process, workdir)
 
 
 def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> None:
@@ -528,6 +536,33 @@ def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> N
         assert Outcome.NONE == caught.value.outcome
         assert "transaction-pooling proxy" in str(caught.value)
         assert "session mode" in str(caught.value)
+
+
+def test_a_refused_transaction_pooler_is_left_as_it_was(postgres_required: str) -> None:
+    """Through PgBouncer in transaction mode with one server connection, which another
+    replica's session lock already lives in: the call is refused, nothing runs, the
+    lock stays the other's, and the server connection keeps its own settings (the
+    library sets its statement timeout and keepalives only on a session it accepted)."""
+    import psycopg
+
+    process, dsn, workdir = start_pgbouncer(postgres_required, "transaction", pool_size=1)
+    try:
+        name = f"bouncer-pinned-{os.getpid()}"
+        with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (advisory_key(name),))
+            ex = Exclusive.postgres(dsn, name)
+            for call in (ex.run, ex.run_or_skip):
+                with pytest.raises(CoordinationError) as caught:
+                    call(lambda: pytest.fail("must not run behind a transaction pooler"))
+                assert Outcome.NONE == caught.value.outcome
+                assert "transaction-pooling proxy" in str(caught.value)
+            assert ("0",) == other.execute("SHOW statement_timeout").fetchone()
+            assert ("0",) == other.execute("SHOW tcp_keepalives_idle").fetchone()
+            assert (True,) == other.execute(
+                "SELECT pg_advisory_unlock(%s)", (advisory_key(name),)
+            ).fetchone()
+    finally:
+        stop_pgbouncer(process, workdir)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
