@@ -16,6 +16,7 @@ import asyncio
 import fcntl
 import gc
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +51,12 @@ def codes(world: World) -> frozenset[CodeType]:
 def place(world: World, tmp_path: Path) -> Iterator[World]:
     """The world; for a directory, descriptors an interrupt left open on its files are
     closed afterwards (one landing as open() returns can lose a descriptor, never a lock)."""
+    if world.kind != "flock" and sys.version_info[:3] == (3, 12, 1) and sys.gettrace():
+        pytest.skip(
+            "CPython 3.12.1 crashes (SIGSEGV) when this tracer raises inside the PostgreSQL "
+            "backend's calls under another tracer (coverage): run it without coverage, "
+            "or on 3.11 or 3.13"
+        )
     yield world
     if world.kind != "flock":
         return
