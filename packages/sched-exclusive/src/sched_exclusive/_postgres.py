@@ -855,7 +855,9 @@ class _Monitor:
         """Forget one entry (under the lock); its descriptor's registration goes
         too, unless another watched lease's socket has that number now."""
         _, fd = self._leases.pop(key)
-        if self._epoll is not None and all(fd != other for _, other in self._leases.values()):
+        # A comprehension, not a generator: a short-circuited generator is
+        # closed where CPython swallows what a signal handler raises.
+        if self._epoll is not None and fd not in {other for _, other in self._leases.values()}:
             with suppress(OSError):
                 self._epoll.unregister(fd)
 
