@@ -95,16 +95,20 @@ async def anoop() -> None:
     pass
 
 
-def floor_run(dsn: str) -> Op:
+def floor_run(dsn: str, connections: int = 2) -> Op:
     """The same statements, by hand, through psycopg, as the backend sends them:
     the lock's on one connection (the lock session), the counter's on a second
-    (a pooled session), both prepared from the first call on."""
+    (a pooled session), both prepared from the first call on. With one
+    connection, all five go on it (as a hand-written loop would, and as the
+    backend did before its counter statements left the held session)."""
     import psycopg
 
     from sched_exclusive import _postgres as pg
 
     lock = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
-    counter = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+    counter = (
+        psycopg.connect(dsn, autocommit=True, prepare_threshold=0) if connections == 2 else lock
+    )
     pid = lock.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
     key = advisory_key(NAME)
     acquire = {
@@ -221,13 +225,19 @@ def main(argv: list[str] | None = None) -> int:
                 run = "Exclusive.postgres(...).run(no-op)"
                 arun = f"Exclusive.postgres(...).arun(no-op), {plural(batch, 'call')} per loop"
                 scale = "for scale: Exclusive(dir).run(no-op) on tmpfs"
+                single = "for scale: raw psycopg, the same 5 statements on one connection"
                 results = paired(
-                    {floor: floor_run(dsn), run: ours_run(ours), scale: flock_run(shm)},
+                    {
+                        floor: floor_run(dsn),
+                        run: ours_run(ours),
+                        single: floor_run(dsn, connections=1),
+                        scale: flock_run(shm),
+                    },
                     rounds,
                     count,
                 )
                 loops = measure({arun: ours_arun(dsn, batch)}, rounds, max(count // batch, 3))
-                order = [floor, run, arun, scale]
+                order = [floor, run, arun, single, scale]
                 results[arun] = loops[arun] / batch
                 report.comparison({k: results[k] for k in order}, floor, figure="median per call")
                 met = results[run] <= TARGET * results[floor]
