@@ -95,33 +95,43 @@ async def anoop() -> None:
     pass
 
 
-def floor_run(ex: Exclusive) -> Op:
-    """The same five statements, by hand, through psycopg, on the very connection
-    (and so the same server process) that ``ex`` holds its lock on."""
+def floor_run(dsn: str, connections: int = 2) -> Op:
+    """The same statements, by hand, through psycopg, as the backend sends them:
+    the lock's on one connection (the lock session), the counter's on a second
+    (a pooled session), both prepared from the first call on. With one
+    connection, all five go on it (as a hand-written loop would, and as the
+    backend did before its counter statements left the held session)."""
+    import psycopg
+
     from sched_exclusive import _postgres as pg
 
-    session = ex._backend.pool._idle[-1]  # type: ignore[attr-defined]
-    conn = session.conn
-    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    lock = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+    counter = (
+        psycopg.connect(dsn, autocommit=True, prepare_threshold=0) if connections == 2 else lock
+    )
+    pid = lock.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    key = advisory_key(NAME)
     acquire = {
         "pid": pid,
-        "key": advisory_key(NAME),
+        "key": key,
+        "high": (key >> 32) & 0xFFFFFFFF,
+        "low": key & 0xFFFFFFFF,
         "host": socket.gethostname(),
         "client_pid": os.getpid(),
         "name": NAME,
     }
     clear = {"name": NAME, "capacity": 0}
-    release = {"pid": pid, "key": advisory_key(NAME)}
-    execute = conn.execute
+    release = {"pid": pid, "key": key}
+    on_lock, on_counter = lock.execute, counter.execute
 
     def op() -> None:
-        won, _ = execute(pg._ACQUIRE, acquire).fetchone()
+        won, _, _ = on_lock(pg._ACQUIRE, acquire).fetchone()  # type: ignore[misc]
         assert won
-        execute(pg._CHANGES["clear"], clear).fetchone()
+        on_counter(pg._CHANGES["clear"], clear).fetchone()
         noop()
-        execute(pg._READ, (NAME,)).fetchone()
-        execute(pg._RELEASE, release).fetchone()
-        execute(pg._READ, (NAME,)).fetchone()
+        on_counter(pg._READ, (NAME,)).fetchone()
+        on_lock(pg._RELEASE, release).fetchone()
+        on_counter(pg._READ, (NAME,)).fetchone()
 
     return op
 
@@ -196,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         ["--quick"] if args.quick else [],
         f"Median of {rounds} rounds of {plural(count, 'call')} of each variant in turn, "
         "wall-clock. The baseline is raw psycopg running the same statements, with the same "
-        "parameters, on the same connection.",
+        "parameters, on two connections as the backend does: the lock's statements on one, "
+        "the counter's on the other.",
         title="sched-exclusive on PostgreSQL",
     )
     report.section("Lock free, nothing queued: run a no-op job")
@@ -210,17 +221,23 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(
                 dir="/dev/shm" if Path("/dev/shm").is_dir() else None
             ) as shm:
-                floor = "raw psycopg: the same 5 statements, same connection"
+                floor = "raw psycopg: the same 5 statements on two connections"
                 run = "Exclusive.postgres(...).run(no-op)"
                 arun = f"Exclusive.postgres(...).arun(no-op), {plural(batch, 'call')} per loop"
                 scale = "for scale: Exclusive(dir).run(no-op) on tmpfs"
+                single = "for scale: raw psycopg, the same 5 statements on one connection"
                 results = paired(
-                    {floor: floor_run(ours), run: ours_run(ours), scale: flock_run(shm)},
+                    {
+                        floor: floor_run(dsn),
+                        run: ours_run(ours),
+                        single: floor_run(dsn, connections=1),
+                        scale: flock_run(shm),
+                    },
                     rounds,
                     count,
                 )
                 loops = measure({arun: ours_arun(dsn, batch)}, rounds, max(count // batch, 3))
-                order = [floor, run, arun, scale]
+                order = [floor, run, arun, single, scale]
                 results[arun] = loops[arun] / batch
                 report.comparison({k: results[k] for k in order}, floor, figure="median per call")
                 met = results[run] <= TARGET * results[floor]

@@ -175,6 +175,25 @@ class PgWorld:
             return True
         return False
 
+    def frees_everything(self) -> bool:
+        """Whether the lock and the counter's row are free, or become free within
+        :data:`DEADLINE` (a session its client closed ends a moment later, once the
+        server has read the goodbye): waits in the server, under ``lock_timeout``."""
+        import psycopg
+
+        self.conn.execute(f"SET lock_timeout = '{int(DEADLINE * 1000)}ms'")
+        try:
+            self.conn.execute("SELECT pg_advisory_lock(%s)", (self.key,))
+            self.conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+            self.conn.execute(
+                "SELECT FROM sched_exclusive WHERE name = %s FOR UPDATE", (self.name,)
+            )
+        except psycopg.errors.LockNotAvailable:
+            return False
+        finally:
+            self.conn.execute("RESET lock_timeout")
+        return True
+
     def counter(self) -> int:
         row = self.conn.execute(
             "SELECT queued FROM sched_exclusive WHERE name = %s", (self.name,)
@@ -202,6 +221,13 @@ def close_postgres_sessions() -> None:
     import sched_exclusive._postgres as postgres
 
     postgres._close_idle_sessions()
+
+
+def watched_leases() -> int:
+    """How many held leases this process's session monitor watches."""
+    import sched_exclusive._postgres as postgres
+
+    return postgres.watched_leases()
 
 
 DEADLINE = 30.0

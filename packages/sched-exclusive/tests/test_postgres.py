@@ -9,6 +9,7 @@ PgBouncer installed.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import gc
 import itertools
@@ -23,12 +24,19 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sched_exclusive_testkit import DEADLINE, Child, PgWorld, close_postgres_sessions
+from sched_exclusive_testkit import (
+    DEADLINE,
+    Child,
+    PgWorld,
+    close_postgres_sessions,
+    watched_leases,
+)
 
 from sched_exclusive import (
     CoordinationError,
@@ -330,7 +338,7 @@ def test_a_stopped_server_ends_the_call_within_the_timeouts(pg: PgWorld) -> None
     ex = pg.exclusive(statement_timeout=0.3)
     ex.run(lambda: None)  # its sessions are pooled now
     backend = ex._backend
-    pids = [s.server_pid for s in backend.pool._idle]  # type: ignore[attr-defined]
+    pids = backend.pool.idle_server_pids()  # type: ignore[attr-defined]
     if not pids or not all(local_backend(pid) for pid in pids):
         pytest.skip("the PostgreSQL server does not run on this machine")
     for pid in pids:
@@ -446,9 +454,11 @@ def test_a_forked_child_never_releases_the_session_lock(pg: PgWorld, children: l
 # --- a real PgBouncer in front of the server ------------------------------------------
 
 
-def start_pgbouncer(dsn: str, mode: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start PgBouncer in ``mode`` in front of the test server; return it, its
-    connection string and its directory."""
+def start_pgbouncer(
+    dsn: str, mode: str, pool_size: int = 20
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start PgBouncer in ``mode`` (``pool_size`` server connections at most) in front
+    of the test server; return it, its connection string and its directory."""
     from psycopg.conninfo import conninfo_to_dict
 
     binary = shutil.which("pgbouncer") or (
@@ -471,6 +481,7 @@ def start_pgbouncer(dsn: str, mode: str) -> tuple[subprocess.Popen[bytes], str, 
         f"[databases]\n{dbname} = host={host} dbname={dbname} user={user}\n"
         f"[pgbouncer]\nlisten_port = {port}\nunix_socket_dir = {workdir}\n"
         f"auth_type = trust\nauth_file = {workdir}/users.txt\npool_mode = {mode}\n"
+        f"default_pool_size = {pool_size}\n"
         f"logfile = {workdir}/log\npidfile = {workdir}/pid\n"
     )
     command = [binary, f"{workdir}/pgbouncer.ini"]
@@ -491,18 +502,23 @@ def start_pgbouncer(dsn: str, mode: str) -> tuple[subprocess.Popen[bytes], str, 
     return process, f"host={workdir} port={port} user={user} dbname={dbname}", workdir
 
 
+def stop_pgbouncer(process: subprocess.Popen[bytes], workdir: str) -> None:
+    """Stop what :func:`start_pgbouncer` started (after this process's sessions)."""
+    close_postgres_sessions()
+    process.terminate()
+    process.wait(DEADLINE)
+    if process.stderr is not None:
+        process.stderr.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 @pytest.fixture(params=["transaction", "session"])
 def pgbouncer(request: pytest.FixtureRequest, postgres_required: str) -> Iterator[tuple[str, str]]:
     process, dsn, workdir = start_pgbouncer(postgres_required, request.param)
     try:
         yield request.param, dsn
     finally:
-        close_postgres_sessions()
-        process.terminate()
-        process.wait(DEADLINE)
-        if process.stderr is not None:
-            process.stderr.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_pgbouncer(process, workdir)
 
 
 def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> None:
@@ -520,6 +536,33 @@ def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> N
         assert Outcome.NONE == caught.value.outcome
         assert "transaction-pooling proxy" in str(caught.value)
         assert "session mode" in str(caught.value)
+
+
+def test_a_refused_transaction_pooler_is_left_as_it_was(postgres_required: str) -> None:
+    """Through PgBouncer in transaction mode with one server connection, which another
+    replica's session lock already lives in: the call is refused, nothing runs, the
+    lock stays the other's, and the server connection keeps its own settings (the
+    library sets its statement timeout and keepalives only on a session it accepted)."""
+    import psycopg
+
+    process, dsn, workdir = start_pgbouncer(postgres_required, "transaction", pool_size=1)
+    try:
+        name = f"bouncer-pinned-{os.getpid()}"
+        with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (advisory_key(name),))
+            ex = Exclusive.postgres(dsn, name)
+            for call in (ex.run, ex.run_or_skip):
+                with pytest.raises(CoordinationError) as caught:
+                    call(lambda: pytest.fail("must not run behind a transaction pooler"))
+                assert Outcome.NONE == caught.value.outcome
+                assert "transaction-pooling proxy" in str(caught.value)
+            assert ("0",) == other.execute("SHOW statement_timeout").fetchone()
+            assert ("0",) == other.execute("SHOW tcp_keepalives_idle").fetchone()
+            assert (True,) == other.execute(
+                "SELECT pg_advisory_unlock(%s)", (advisory_key(name),)
+            ).fetchone()
+    finally:
+        stop_pgbouncer(process, workdir)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -624,3 +667,144 @@ def test_the_docs_replica_example_runs_and_queues(pg: PgWorld) -> None:
     assert (0, "poll: queued\n") == (queued.returncode, queued.stdout), queued.stderr
     other.unlock()
     assert 1 == pg.counter()
+
+
+# --- forks, the event loop, lost sessions ---------------------------------------------
+
+
+def in_forked_child(body: Any) -> str:
+    """Run ``body()`` in a real ``os.fork`` child; return the line it printed (or its error).
+
+    The child never returns into pytest: it writes one line to a pipe and exits.
+    """
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads running
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        line = "child raised"
+        try:
+            line = str(body())
+        except BaseException as exc:
+            line = f"child raised {exc!r}"
+        finally:
+            os.write(write_end, line.encode() + b"\n")
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        line = answer.readline().decode().strip()
+    os.waitpid(pid, 0)
+    return line
+
+
+def test_a_forked_child_never_touches_the_parents_idle_sessions(
+    pg: PgWorld, tmp_path: Path
+) -> None:
+    """An Exclusive.postgres made before a fork works in the child on sessions of its
+    own: the parent's pooled sessions are neither used (no statement goes out on their
+    sockets) nor closed twice (a descriptor the child opened meanwhile stays its own),
+    and the parent's sessions still serve the parent afterwards."""
+    ex = pg.exclusive()
+    assert Outcome.RAN == ex.run(lambda: None)  # the parent's sessions are pooled now
+    victim_path = tmp_path / "victim"
+
+    def child() -> str:
+        victim = os.open(victim_path, os.O_RDWR | os.O_CREAT, 0o644)
+        outcomes = [ex.run(lambda: None), ex.run(lambda: None), ex.pending()]
+        os.fstat(victim)  # raises if the library closed it
+        return f"{outcomes} {Path(f'/proc/self/fd/{victim}').readlink() == victim_path}"
+
+    assert f"{[Outcome.RAN, Outcome.RAN, 0]} True" == in_forked_child(child)
+    assert b"" == victim_path.read_bytes()
+    assert Outcome.RAN == ex.run(lambda: None)
+
+
+def test_a_child_forked_by_a_job_leaves_the_held_session_alone(pg: PgWorld) -> None:
+    """A job forks a child (as a fork-based worker pool would) that asks for the count
+    and queues a request: the child talks on sessions of its own, the holder's session
+    keeps the lock through the child's life and exit, and the request is served."""
+    ex = pg.exclusive()
+    seen: list[object] = []
+    runs = 0
+
+    def child() -> str:
+        counts = [ex.pending() for _ in range(20)]
+        return f"{ex.run(lambda: None)} {max(counts)}"
+
+    def job() -> None:
+        nonlocal runs
+        runs += 1
+        if runs > 1:
+            return
+        holder = holder_backend(pg)
+        seen.append(in_forked_child(child))
+        seen.append(holder_backend(pg) == holder)
+        seen.append(ex.pending())
+        seen.append(lock_lost().is_set())
+
+    assert Outcome.RAN_QUEUED == ex.run(job)
+    assert [f"{Outcome.QUEUED} 0", True, 1, False] == seen
+    assert 2 == runs
+
+
+def test_asyncio_calls_never_share_a_held_session(pg: PgWorld) -> None:
+    """Two arun calls on one coordinator, their statements on one executor thread:
+    the second call's request is written by a session of its own, never by the first
+    call's lock session (caught waiting on the row while the test holds it)."""
+    asyncio.run(two_calls_on_one_thread(pg))
+
+
+async def two_calls_on_one_thread(pg: PgWorld) -> None:
+    """The body of the test above, on its event loop."""
+    import psycopg
+
+    loop = asyncio.get_running_loop()
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        loop.set_default_executor(executor)
+        ex = pg.exclusive()
+        started = asyncio.Event()
+        finish = asyncio.Event()
+
+        async def first_job() -> None:
+            started.set()
+            await finish.wait()
+
+        first = asyncio.create_task(ex.arun(first_job))
+        await started.wait()
+        holder = holder_backend(pg)
+        with psycopg.connect(pg.dsn) as row_lock:  # a transaction holds the row
+            row_lock.execute(
+                "SELECT queued FROM sched_exclusive WHERE name = %s FOR UPDATE", (pg.name,)
+            )
+            second = asyncio.create_task(ex.arun(lambda: asyncio.sleep(0)))
+            waiting = None
+            deadline = time.monotonic() + DEADLINE
+            while waiting is None and time.monotonic() < deadline:
+                await asyncio.sleep(0)  # let the second call reach the row
+                row = pg.conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE %s",
+                    ("%FOR UPDATE%",),
+                ).fetchone()
+                waiting = None if row is None else int(row[0])
+            row_lock.rollback()
+        assert waiting is not None
+        assert holder != waiting
+        assert Outcome.QUEUED == await second
+        finish.set()
+        assert Outcome.RAN_QUEUED == await first
+
+
+def test_a_lost_session_is_not_watched_after_the_call(pg: PgWorld) -> None:
+    """A session ended under its holder (libpq drops the dead connection): once the
+    call returns, the monitor watches nothing, so it can go back to sleep."""
+
+    def job() -> None:
+        pid = holder_backend(pg)
+        assert pid is not None
+        pg.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert lock_lost().wait(DEADLINE)
+
+    with pytest.raises(RunError):
+        pg.exclusive().run(job)
+    assert 0 == watched_leases()

@@ -544,23 +544,37 @@ def _throw(step: Step, exc: BaseException) -> None:
 async def _off_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` in the loop's default executor and return its result.
 
-    A cancellation waits for ``fn`` to finish (the rules must never run twice
-    at once, and a statement in flight ends within the timeouts), then
-    propagates.
+    Whatever interrupts the wait (a cancellation, an exception a signal
+    handler raised on the loop's thread), it waits for ``fn`` to finish (the
+    rules must never run twice at once, nor be left holding a lock they were
+    stepping to: the caller closes them next, and a statement in flight ends
+    within the timeouts), then propagates.
     """
     import asyncio
 
-    future = loop.run_in_executor(None, fn, *args)
+    done = loop.create_future()  # made before the work is handed over: never lost
+
+    def work() -> None:
+        # Settled by the future's own methods: no code of ours runs on the
+        # loop's thread between the work's end and the waiter's resumption.
+        try:
+            result = fn(*args)
+        except BaseException as exc:
+            loop.call_soon_threadsafe(done.set_exception, exc)
+        else:
+            loop.call_soon_threadsafe(done.set_result, result)
+
     try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        while not future.done():
+        loop.run_in_executor(None, work)
+        return await asyncio.shield(done)
+    except BaseException:
+        while not done.done():
             try:
-                await asyncio.wait([future])
+                await asyncio.wait([done])
             except asyncio.CancelledError:
                 continue
-        if not future.cancelled() and future.exception() is not None:
-            future.exception()  # retrieved: the cancellation wins
+        if not done.cancelled() and done.exception() is not None:
+            done.exception()  # retrieved: the interruption wins
         raise
 
 

@@ -16,13 +16,18 @@ duties, met here:
 * **Ownership.** A session belongs to the process that opened it. In a
   process forked from it, releasing a lease closes that process's copy of
   the socket without a word to the server, and the inherited idle sessions
-  are dropped the same way.
+  are dropped the same way, once: the child's pools start empty. A held
+  session serves only its lease's lock statements; counter statements take
+  a pooled session of their own, so no other call, thread or forked child
+  ever speaks on it.
 * **Liveness.** While a lease is held, the session monitor (one thread per
   process) watches its socket and checks the session every
   :data:`SESSION_CHECK_INTERVAL` seconds; ``locked`` checks it once more
   before each rerun. A loss sets the lease's ``lost_event``.
-* **Collection.** A lease collected without ``unlock()`` closes its session,
-  which releases the lock.
+* **Collection.** A lease owns its session from before the lock statement
+  runs until its release completes; collected without ``unlock()`` (nothing
+  else holds it strongly: the monitor's reference is weak), it closes its
+  session, which releases the lock.
 
 Every statement carries a client-side deadline (the statement timeout plus
 :data:`ANSWER_GRACE`): past it, the deadline thread shuts the session's
@@ -30,8 +35,10 @@ socket down, so a stalled server or network ends the call in bounded time.
 
 A transaction-pooling proxy runs one client session's statements in
 different server sessions, which breaks session locks. Each session learns
-its server backend's pid when it opens; the lock statements run only in that
-backend (``CASE WHEN pg_backend_pid() = …``), and two sessions of this
+its server backend's pid when it opens, before any setting is changed; the
+lock statements (acquire, check, release) run only in that backend
+(``CASE WHEN pg_backend_pid() = …``), the acquire only in a backend that
+does not hold the lock already (a re-entrant win), and two sessions of this
 process answering from one backend, or one session answering from another,
 is refused with an error saying what to change.
 """
@@ -48,9 +55,11 @@ import socket
 import threading
 import time
 import typing
+import weakref
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -69,6 +78,7 @@ __all__ = [
     "init_table",
     "pool_for",
     "read_status",
+    "watched_leases",
 ]
 
 #: The table holding one row per job name.
@@ -104,6 +114,7 @@ _COMMENT = (
     f"COMMENT ON TABLE {TABLE} IS 'sched-exclusive: queued rerun requests and the last "
     "holder of each job name (python -m sched_exclusive status --postgres CONNINFO NAME)'"
 )
+_IDENTIFY = "SELECT pg_backend_pid()"
 _SETUP = """SELECT pg_backend_pid(),
     set_config('statement_timeout', %(statement_ms)s, false),
     set_config('tcp_keepalives_idle', %(idle)s, false),
@@ -111,13 +122,24 @@ _SETUP = """SELECT pg_backend_pid(),
     set_config('tcp_keepalives_count', %(count)s, false),
     set_config('tcp_user_timeout', %(user_timeout)s, false)"""
 _ENSURE_ROW = f"INSERT INTO {TABLE} (name) VALUES (%s) ON CONFLICT (name) DO NOTHING"
-_ACQUIRE = f"""WITH probe AS (
-    SELECT CASE WHEN pg_backend_pid() = %(pid)s THEN pg_try_advisory_lock(%(key)s) END AS won
+#: ``won`` is NULL when the statement ran in another backend than the
+#: session's, or in one that holds the lock already (re-entrant: another
+#: client's, behind a transaction pooler); ``held_here`` tells which.
+_ACQUIRE = f"""WITH here AS (
+    SELECT pg_backend_pid() = %(pid)s AS ours, EXISTS (
+        SELECT FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+            AND granted AND objsubid = 1
+            AND classid = %(high)s::bigint::oid AND objid = %(low)s::bigint::oid
+    ) AS held_here
+), probe AS (
+    SELECT CASE WHEN ours AND NOT held_here THEN pg_try_advisory_lock(%(key)s) END AS won,
+        held_here
+    FROM here
 ), holder AS (
     UPDATE {TABLE} SET holder_since = now(), holder_host = %(host)s, holder_pid = %(client_pid)s
     FROM probe WHERE probe.won AND {TABLE}.name = %(name)s
 )
-SELECT won, pg_backend_pid() FROM probe"""
+SELECT won, pg_backend_pid(), held_here FROM probe"""
 _RELEASE = """SELECT CASE WHEN pg_backend_pid() = %(pid)s THEN pg_advisory_unlock(%(key)s) END,
     pg_backend_pid()"""
 _CHECK = "SELECT pg_backend_pid()"
@@ -147,6 +169,8 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1
     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND classid = %(high)s::bigint::oid AND objid = %(low)s::bigint::oid
 LIMIT 1"""
+
+_T = TypeVar("_T")
 
 _POOLING_ADVICE = (
     "a transaction-pooling proxy (PgBouncer pool_mode=transaction or statement, or the "
@@ -217,17 +241,20 @@ class _Deadlines:
 class _Session:
     """One connection, lent to one user at a time."""
 
-    __slots__ = ("aborted", "conn", "idle_since", "owner", "server_pid")
+    __slots__ = ("aborted", "closed", "conn", "idle_since", "owner", "server_pid")
 
     def __init__(self, conn: psycopg.Connection[Any], server_pid: int) -> None:
         self.conn = conn
         self.server_pid = server_pid
         self.owner = _PID
         self.aborted = False
+        self.closed = False  # closed (or abandoned) by this library: never again
         self.idle_since = 0.0
 
     def fileno(self) -> int | None:
         """The socket's descriptor, or ``None`` once the connection is closed."""
+        if self.closed:
+            return None
         try:
             return self.conn.fileno()
         except psycopg.Error:
@@ -245,7 +272,7 @@ class _Session:
         """Whether an idle session can be lent again: not closed, and (with
         ``look``) nothing unread on its socket, which for an idle session is the
         server's goodbye (a restart, ``pg_terminate_backend``)."""
-        if self.aborted or self.conn.closed or self.conn.broken:
+        if self.aborted or self.closed or self.conn.closed or self.conn.broken:
             return False
         fd = self.fileno()
         if not look or fd is None:
@@ -258,10 +285,17 @@ class _Session:
             return False
 
     def close(self) -> None:
-        """Close it: the server ends the session, and any lock it held."""
+        """Close it, once: the server ends the session, and any lock it held.
+
+        In a process forked from its owner, close only this process's copy of
+        the socket, without a word (the session stays the owner's).
+        """
+        if self.closed:
+            return
         if self.owner != _PID:
             _abandon(self)
             return
+        self.closed = True
         with suppress(Exception):
             self.conn.close()
 
@@ -274,8 +308,9 @@ _ABANDONED: list[_Session] = []
 
 
 def _abandon(session: _Session) -> None:
-    """Close this process's copy of an inherited session's socket, without a word."""
+    """Close this process's copy of an inherited session's socket, once, without a word."""
     fd = session.fileno()
+    session.closed = True  # before the close: the number may be reused at once
     if fd is not None:
         with suppress(OSError):
             os.close(fd)
@@ -292,6 +327,11 @@ class _Pool:
         self._open: dict[int, int] = {}  # server backend pid -> open sessions answering from it
         self._verified = False
 
+    def idle_server_pids(self) -> list[int]:
+        """The server backend pids of the idle sessions (for status and tests)."""
+        with self._lock:
+            return [session.server_pid for session in self._idle]
+
     def take(self) -> _Session:
         while True:
             with self._lock:
@@ -306,9 +346,9 @@ class _Pool:
 
     def give(self, session: _Session) -> None:
         if session.owner != _PID:
-            _abandon(session)
+            session.close()
             return
-        if not (session.aborted or session.conn.closed):
+        if not (session.aborted or session.closed or session.conn.closed):
             session.idle_since = time.monotonic()
             with self._lock:
                 if len(self._idle) < _MAX_IDLE:
@@ -317,12 +357,16 @@ class _Pool:
         self.discard(session)
 
     def discard(self, session: _Session) -> None:
-        with self._lock:
-            left = self._open.get(session.server_pid, 0) - 1
-            if left > 0:
-                self._open[session.server_pid] = left
-            else:
-                self._open.pop(session.server_pid, None)
+        """Close ``session`` (any number of times: it is closed once)."""
+        if session.closed:
+            return
+        if session.owner == _PID:
+            with self._lock:
+                left = self._open.get(session.server_pid, 0) - 1
+                if left > 0:
+                    self._open[session.server_pid] = left
+                else:
+                    self._open.pop(session.server_pid, None)
         session.close()
 
     def close_idle(self) -> None:
@@ -330,6 +374,16 @@ class _Pool:
             idle, self._idle = self._idle, []
         for session in idle:
             self.discard(session)
+
+    def after_fork(self) -> None:
+        """In a forked child: drop the parent's idle sessions (their sockets
+        closed once, without a word) and start afresh with this process's own."""
+        self._lock = threading.Lock()
+        idle, self._idle = self._idle, []
+        self._open = {}
+        self._verified = False
+        for session in idle:
+            _abandon(session)
 
     def _open_session(self) -> _Session:
         session = self._connect()
@@ -345,17 +399,31 @@ class _Pool:
                 f"two connections of this process answer from one PostgreSQL backend "
                 f"(pid {session.server_pid})"
             )
-        if verify:
-            # A pooler that hands one backend to every client shows itself
-            # when a second connection opens while the first is open.
-            try:
-                witness = self._open_session()
-            except BaseException:
-                with self._lock:
-                    self._verified = False
-                self.discard(session)
-                raise
-            self.give(witness)
+        try:
+            if verify:
+                # A pooler that hands one backend to every client shows itself
+                # when a second connection opens while the first is open.
+                try:
+                    witness = self._open_session()
+                except BaseException:
+                    with self._lock:
+                        self._verified = False
+                    raise
+                self.give(witness)
+            # Only now, the session's settings: never on a pooler's backend
+            # that the checks above refused.
+            row = _execute(
+                session, self.settings, _SETUP, self.settings.setup_params, "setting up",
+                prepare=False,
+            )  # fmt: skip
+            if row[0] != session.server_pid:
+                raise _pooling_error(
+                    f"a statement of one session ran in PostgreSQL backend {row[0]}, "
+                    f"not {session.server_pid}"
+                )
+        except BaseException:
+            self.discard(session)
+            raise
         return session
 
     def _connect(self) -> _Session:
@@ -374,7 +442,7 @@ class _Pool:
             # Not prepared: behind a transaction pooler, a second connection's
             # first statement may land on the first one's backend, and must
             # reach the pid comparison instead of a prepared-name clash.
-            row = _execute(session, settings, _SETUP, settings.setup_params, prepare=False)
+            row = _execute(session, settings, _IDENTIFY, (), "connecting", prepare=False)
         except BaseException:
             session.close()
             raise
@@ -457,15 +525,20 @@ def _monitor() -> _Monitor:
         return _MONITOR
 
 
+def watched_leases() -> int:
+    """How many held leases this process's session monitor watches (for tests)."""
+    monitor = _MONITOR
+    return 0 if monitor is None else monitor.watching()
+
+
 def _after_fork_in_child() -> None:
     """A forked process starts afresh: the parent's sessions, threads and locks are not its."""
-    global _STATE_LOCK, _DEADLINES, _MONITOR, _PID
+    global _STATE_LOCK, _EVENT_LOCK, _DEADLINES, _MONITOR, _PID
     _STATE_LOCK = threading.Lock()
+    _EVENT_LOCK = threading.Lock()
     _PID = os.getpid()
-    for pool in _POOLS.values():
-        for session in pool._idle:
-            _abandon(session)
-    _POOLS.clear()
+    for pool in _POOLS.values():  # kept: each backend made before the fork holds its pool
+        pool.after_fork()
     _DEADLINES = None
     if _MONITOR is not None:
         _MONITOR.forget()
@@ -495,25 +568,19 @@ def _os_error(exc: BaseException, settings: _Settings, doing: str) -> OSError:
     return OSError(f"PostgreSQL failed ({doing}): {text}")
 
 
-def _execute(
-    session: _Session,
-    settings: _Settings,
-    query: str,
-    params: Any,
-    doing: str = "a statement",
-    *,
-    prepare: bool | None = None,
-) -> tuple[Any, ...]:
-    """Run one statement on ``session`` under its deadline; return its one row.
+def _under_deadline(
+    session: _Session, settings: _Settings, doing: str, talk: Callable[[], _T]
+) -> _T:
+    """Run ``talk`` (one exchange on ``session``) under the client-side deadline.
 
     Raises:
-        OSError: the statement failed, timed out, or returned no row
-            (``errno.ENODATA``).
+        OSError: it failed (its psycopg error translated), or the deadline
+            fired (``errno.ETIMEDOUT``; the session is abandoned).
     """
     deadlines = _DEADLINES or _deadlines()
     token = deadlines.arm(session, settings.deadline)
     try:
-        row = session.conn.execute(query, params, prepare=prepare).fetchone()
+        result = talk()
     except psycopg.Error as exc:
         if not deadlines.disarm(token) or session.aborted:
             raise OSError(
@@ -529,34 +596,67 @@ def _execute(
     if not deadlines.disarm(token):
         session.aborted = True  # its socket is being shut down: the answer is void
         raise OSError(errno.ETIMEDOUT, f"PostgreSQL answered too late ({doing})")
-    if row is None:
+    return result
+
+
+def _execute(
+    session: _Session,
+    settings: _Settings,
+    query: str,
+    params: Any,
+    doing: str = "a statement",
+    *,
+    prepare: bool | None = None,
+    row: bool = True,
+) -> tuple[Any, ...]:
+    """Run one statement on ``session`` under its deadline; return its one row
+    (``()`` for a statement that returns none, with ``row=False``).
+
+    Raises:
+        OSError: the statement failed, timed out, or returned no row
+            (``errno.ENODATA``).
+    """
+
+    def talk() -> tuple[Any, ...] | None:
+        cursor = session.conn.execute(query, params, prepare=prepare)
+        if not row:
+            return ()
+        found = cursor.fetchone()
+        return None if found is None else tuple(found)
+
+    answer = _under_deadline(session, settings, doing, talk)
+    if answer is None:
         raise OSError(errno.ENODATA, f"PostgreSQL returned no row ({doing})")
-    return tuple(row)
+    return answer
 
 
 @typing.final
 class PgLease:
-    """A held advisory lock: one session, lent to the holder for the whole stretch."""
+    """A held advisory lock: one session, lent to the holder for the whole stretch.
+
+    The lease owns its session from before the lock statement runs (so that
+    an interrupt anywhere leaves the session to its finalizer) until its
+    release completed or the session was closed.
+    """
 
     __slots__ = (
         "__weakref__",
         "_backend",
-        "_done",
         "_event",
         "_lost_reason",
         "_reported",
         "_session",
-        "_thread",
+        "_turn",
     )
 
     def __init__(self, backend: PostgresBackend, session: _Session) -> None:
         self._backend = backend
-        self._session = session
-        self._thread = threading.get_ident()
-        self._done = False
-        self._reported = False
         self._lost_reason: str | None = None
+        self._reported = False
         self._event: threading.Event | None = None  # made when first asked for
+        # One statement at a time on the session, the release after any check.
+        self._turn = threading.Lock()
+        self._session: _Session | None = session  # last: owned from here on
 
     @property
     def lost_event(self) -> threading.Event:
@@ -571,52 +671,73 @@ class PgLease:
     @property
     def locked(self) -> bool:
         """Whether the session still answers, from the backend that took the lock."""
-        if self._done:
+        if self._session is None:
             return False
-        if self._lost_reason is None:
-            try:
-                row = _execute(
-                    self._session, self._backend.settings, _CHECK, (), "checking the lock"
-                )
-            except OSError as exc:
-                self.lose(str(exc))
-            else:
-                if row[0] != self._session.server_pid:
-                    self.lose(
-                        f"the session answered from PostgreSQL backend {row[0]}, not "
-                        f"{self._session.server_pid}: {_POOLING_ADVICE}"
-                    )
-        if self._lost_reason is not None:
-            self._reported = True
-            return False
-        return True
+        if self.check("checking the lock"):
+            return True
+        self._reported = True
+        return False
 
-    def check(self) -> None:
-        """One check of the session (the monitor's); a failure marks the lease lost."""
-        if self._done or self._lost_reason is not None:
-            return
-        try:
-            row = _execute(self._session, self._backend.settings, _CHECK, (), "watching the lock")
-        except OSError as exc:
-            self.lose(str(exc))
-            return
-        if row[0] != self._session.server_pid:
-            self.lose(f"the session moved to PostgreSQL backend {row[0]}: {_POOLING_ADVICE}")
+    def check(self, doing: str = "watching the lock") -> bool:
+        """Check the session once (the monitor's, and ``locked``'s check).
+
+        Returns:
+            Whether the lock is still held; a failed check marks it lost.
+        """
+        with self._turn:
+            session = self._session
+            if session is None:
+                return False
+            if self._lost_reason is None:
+                try:
+                    (pid,) = _execute(session, self._backend.settings, _CHECK, (), doing)
+                except OSError as exc:
+                    self.lose(str(exc))
+                else:
+                    if pid != session.server_pid:
+                        self.lose(
+                            f"the session answered from PostgreSQL backend {pid}, not "
+                            f"{session.server_pid}: {_POOLING_ADVICE}"
+                        )
+            return self._lost_reason is None
 
     def lose(self, reason: str) -> None:
         """Mark the lock lost: end the session (so that no lock outlives it) and say so."""
-        if self._lost_reason is not None or self._done:
-            return
         with _EVENT_LOCK:
+            session = self._session
+            if self._lost_reason is not None or session is None:
+                return
             self._lost_reason = reason
             event = self._event
-        self._session.abort()
+        session.abort()
         if event is not None:
             event.set()
         self._backend.report_loss(reason)
 
+    def hold(self) -> None:
+        """The lock statement won: watch the session while the lock is held."""
+        session = self._session
+        fd = None if session is None else session.fileno()
+        if fd is not None:
+            _monitor().watch(self, fd)
+
+    def give_back(self) -> None:
+        """The lock statement lost: the session goes back to the pool, unused."""
+        session, self._session = self._session, None
+        if session is not None:
+            self._backend.pool.give(session)
+
+    def close(self) -> None:
+        """Close the session (which releases any lock it holds), once."""
+        session, self._session = self._session, None
+        if session is not None:
+            self._backend.pool.discard(session)
+
     def unlock(self) -> None:
         """Release the lock on its session and lend the session out again.
+
+        Interrupted anywhere, it closes the session instead (which releases
+        the lock); a second call does nothing.
 
         Raises:
             OSError: the session was lost while the lock was held (and that
@@ -624,51 +745,53 @@ class PgLease:
                 failed; the lock is released either way (the session is
                 closed).
         """
-        if self._done:
-            return
-        self._done = True
         session = self._session
-        _monitor().unwatch(self)
-        self._backend.forget(self)
+        if session is None:
+            return
         pool = self._backend.pool
-        if session.owner != _PID:
-            _abandon(session)  # a forked process: the lock stays its owner's
-            return
-        if self._lost_reason is not None:
-            pool.discard(session)
-            if not self._reported:
-                raise OSError(
-                    errno.ENOLCK,
-                    f"the cycle lock was lost while the job ran: {self._lost_reason}",
-                )
-            return
-        settings = self._backend.settings
+        try:
+            _monitor().unwatch(self)
+            with self._turn:
+                if session.owner != _PID:
+                    return  # a forked process: closing gives up its copy only
+                if self._lost_reason is not None:
+                    if not self._reported:
+                        raise OSError(
+                            errno.ENOLCK,
+                            f"the cycle lock was lost while the job ran: {self._lost_reason}",
+                        )
+                    return
+                self._release(session)
+                pool.give(session)
+                self._session = None
+        finally:
+            self.close()  # unless given back above: the lock goes with the session
+
+    def _release(self, session: _Session) -> None:
         params = {"pid": session.server_pid, "key": self._backend.key}
         try:
-            released, pid = _execute(session, settings, _RELEASE, params, "releasing the lock")
+            released, pid = _execute(
+                session, self._backend.settings, _RELEASE, params, "releasing the lock"
+            )
         except OSError as exc:
-            pool.discard(session)
             raise OSError(
                 exc.errno or errno.ENOLCK,
                 f"the cycle lock could not be released, so its session was closed "
                 f"(which releases it); the lock may have been lost during the run: {exc}",
             ) from exc
+        if released is None:
+            raise _pooling_error(
+                f"the release ran in PostgreSQL backend {pid}, not {session.server_pid}"
+            )
         if released is not True:
-            pool.discard(session)
-            if released is None:
-                raise _pooling_error(
-                    f"the release ran in PostgreSQL backend {pid}, not {session.server_pid}"
-                )
             raise OSError(errno.ENOLCK, "the cycle lock was not held by its session at release")
-        pool.give(session)
 
     def __del__(self) -> None:
-        if not self._done:
-            self._done = True
+        session = getattr(self, "_session", None)
+        if session is not None:
+            self._session = None
             with suppress(Exception):
-                _monitor().unwatch(self)
-                self._backend.forget(self)
-                self._backend.pool.discard(self._session)  # closing releases the lock
+                self._backend.pool.discard(session)  # closing releases the lock
 
 
 class _Monitor:
@@ -680,13 +803,17 @@ class _Monitor:
     restart, a reset) wakes the thread at once while answers to the rules'
     own statements never do. Every :data:`SESSION_CHECK_INTERVAL` seconds the
     thread checks each held session with a statement, which also catches a
-    silent network under the deadline. It sleeps for good once nothing has
-    been held for two intervals.
+    silent network under the deadline. A lease is watched by its identity and
+    weakly (a dropped lease is collected, and its finalizer releases the
+    lock), with the descriptor registered when the watch began; a lost lease
+    is watched no more. The thread sleeps for good once nothing has been held
+    for two intervals.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._leases: dict[int, PgLease] = {}  # socket descriptor -> lease
+        # id(lease) -> (the lease, weakly; the descriptor registered for it)
+        self._leases: dict[int, tuple[weakref.ref[PgLease], int]] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -695,12 +822,14 @@ class _Monitor:
         self._idle = True  # the thread sleeps without a timeout
         self._thread: threading.Thread | None = None
 
-    def watch(self, lease: PgLease) -> None:
-        fd = lease._session.fileno()
-        if fd is None:
-            return
+    def watching(self) -> int:
+        """How many held leases are watched."""
         with self._lock:
-            self._leases[fd] = lease
+            return sum(ref() is not None for ref, _ in self._leases.values())
+
+    def watch(self, lease: PgLease, fd: int) -> None:
+        with self._lock:
+            self._leases[id(lease)] = (weakref.ref(lease), fd)
             wake = self._idle
             self._idle = False
             if self._thread is None:
@@ -716,12 +845,19 @@ class _Monitor:
                 os.write(self._wake_w, b"\0")
 
     def unwatch(self, lease: PgLease) -> None:
-        fd = lease._session.fileno()
         with self._lock:
-            if fd is None or self._leases.get(fd) is not lease:
+            entry = self._leases.get(id(lease))
+            if entry is None or entry[0]() is not lease:
                 return
-            del self._leases[fd]
-        if self._epoll is not None:
+            self._drop(id(lease))
+
+    def _drop(self, key: int) -> None:
+        """Forget one entry (under the lock); its descriptor's registration goes
+        too, unless another watched lease's socket has that number now."""
+        _, fd = self._leases.pop(key)
+        # A comprehension, not a generator: a short-circuited generator is
+        # closed where CPython swallows what a signal handler raises.
+        if self._epoll is not None and fd not in {other for _, other in self._leases.values()}:
             with suppress(OSError):
                 self._epoll.unregister(fd)
 
@@ -771,20 +907,25 @@ class _Monitor:
             else:
                 hung_up = self._wait(max(next_check - now, 0.0))
             with self._lock:
-                leases = dict(self._leases)
+                watched = list(self._leases.items())
             due = time.monotonic() >= next_check
             if due:
                 next_check = time.monotonic() + SESSION_CHECK_INTERVAL
-            for fd, lease in leases.items():
-                if not (due or fd in hung_up):
+            for key, (ref, fd) in watched:
+                lease = ref()
+                if lease is not None and not (due or fd in hung_up):
                     continue
                 try:
-                    lease.check()
+                    held = lease is not None and lease.check()
                 except Exception as exc:  # the monitor must outlive any surprise
-                    lease.lose(f"the session check failed: {exc!r}")
-                if lease._lost_reason is not None and self._epoll is not None:
-                    with suppress(OSError):  # level-triggered: stop the hang-up repeating
-                        self._epoll.unregister(fd)
+                    lease.lose(f"the session check failed: {exc!r}")  # type: ignore[union-attr]
+                    held = False
+                if not held:  # lost, released meanwhile, or collected: watched no more
+                    with self._lock:
+                        entry = self._leases.get(key)
+                        if entry is not None and entry[0] is ref:
+                            self._drop(key)
+                del lease
 
 
 @typing.final
@@ -806,15 +947,13 @@ class PostgresBackend:
         self.settings = self.pool.settings
         self._logger = logger
         self._row_ready = False
-        # The lease each thread holds: its counter statements go on the lease's
-        # session (as a hand-written loop would), never its lock statements.
-        self._held: dict[int, PgLease] = {}
-
-    def forget(self, lease: PgLease) -> None:
-        """``lease`` is released: its session is no longer this thread's."""
-        if self._held.get(lease._thread) is lease:
-            with suppress(KeyError):
-                del self._held[lease._thread]
+        self._acquire_params = {
+            "key": self.key,
+            "high": (self.key >> 32) & 0xFFFFFFFF,
+            "low": self.key & 0xFFFFFFFF,
+            "host": _HOST,
+            "name": name,
+        }
 
     def report_loss(self, reason: str) -> None:
         """Log that a held session was lost (from whichever thread noticed)."""
@@ -825,89 +964,70 @@ class PostgresBackend:
                 extra={"job": self.name, "error": reason},
             )
 
-    def _on_session(self, query: str, params: Any, doing: str) -> tuple[Any, ...]:
-        """Run a counter statement on this thread's held session, or a pooled one."""
-        lease = self._held.get(threading.get_ident())
-        if lease is not None and lease._lost_reason is None and not lease._done:
-            # The lease keeps its session; a failure shows at its next check.
-            return self._counter_statement(lease._session, query, params, doing)
+    def _statement(
+        self, session: _Session, query: str, params: Any, doing: str
+    ) -> tuple[Any, ...] | None:
+        """One statement about the name's row, on ``session``; ``None`` when the row is
+        missing. The table is created on first use, and the row of the name too."""
+        for attempt in (1, 2):
+            try:
+                if not self._row_ready:
+                    _execute(
+                        session, self.settings, _ENSURE_ROW, (self.name,), "preparing the row",
+                        row=False,
+                    )  # fmt: skip
+                    self._row_ready = True
+                return _execute(session, self.settings, query, params, doing)
+            except OSError as exc:
+                if attempt == 2:
+                    if exc.errno == errno.ENODATA:
+                        return None
+                    raise
+                if exc.errno == errno.ENODATA:
+                    self._row_ready = False  # the row was deleted: put it back
+                elif isinstance(exc.__cause__, pg_errors.UndefinedTable):
+                    init_table(self.pool)
+                else:
+                    raise
+        return None  # pragma: no cover - the loop returns or raises
+
+    def _run(self, query: str, params: Any, doing: str) -> tuple[Any, ...] | None:
+        """One counter statement on a pooled session (never a held one: that one
+        serves only its lease's lock statements, whichever thread, task or forked
+        child asks); ``None`` when the row is missing."""
         session = self.pool.take()
         try:
-            row = self._counter_statement(session, query, params, doing)
+            row = self._statement(session, query, params, doing)
         except BaseException:
             self.pool.discard(session)
             raise
         self.pool.give(session)
         return row
 
-    def _counter_statement(
-        self, session: _Session, query: str, params: Any, doing: str
-    ) -> tuple[Any, ...]:
-        if not self._row_ready:
-            _execute_write(session, self.settings, _ENSURE_ROW, (self.name,))
-            self._row_ready = True
-        return _execute(session, self.settings, query, params, doing)
-
-    def _run(self, query: str, params: Any, doing: str) -> tuple[Any, ...] | None:
-        """One counter statement on a pooled session; ``None`` when the row is missing.
-
-        The table is created on first use, and the row of the name too.
-        """
-        for attempt in (1, 2):
-            try:
-                return self._on_session(query, params, doing)
-            except OSError as exc:
-                if exc.errno == errno.ENODATA and attempt == 1:
-                    self._row_ready = False  # the row was deleted: put it back
-                    continue
-                if isinstance(exc.__cause__, pg_errors.UndefinedTable) and attempt == 1:
-                    init_table(self.pool)
-                    continue
-                if exc.errno == errno.ENODATA:
-                    return None
-                raise
-        return None  # pragma: no cover - the loop returns or raises
-
     def try_acquire(self) -> PgLease | None:
-        for attempt in (1, 2):
-            session = self.pool.take()
-            params = {
-                "pid": session.server_pid,
-                "key": self.key,
-                "host": _HOST,
-                "client_pid": _PID,
-                "name": self.name,
-            }
-            try:
-                if not self._row_ready:
-                    _execute_write(session, self.settings, _ENSURE_ROW, (self.name,))
-                    self._row_ready = True
-                won, pid = _execute(session, self.settings, _ACQUIRE, params, "taking the lock")
-            except OSError as exc:
-                # The lock may have been taken before the statement failed:
-                # closing the session releases it.
-                self.pool.discard(session)
-                if isinstance(exc.__cause__, pg_errors.UndefinedTable) and attempt == 1:
-                    init_table(self.pool)
-                    continue
-                raise
-            except BaseException:
-                self.pool.discard(session)
-                raise
+        session = self.pool.take()
+        lease = PgLease(self, session)  # owns the session before the lock statement runs
+        try:
+            params = {**self._acquire_params, "pid": session.server_pid, "client_pid": _PID}
+            row = self._statement(session, _ACQUIRE, params, "taking the lock")
+            won, pid, held_here = row or (None, None, None)
             if won is None:
-                self.pool.discard(session)
                 raise _pooling_error(
-                    f"a statement of one session ran in PostgreSQL backend {pid}, "
+                    f"the lock is already held by PostgreSQL backend {pid}, which answered "
+                    f"this session's statement: another client's session, through the same "
+                    f"server connection"
+                    if held_here
+                    else f"a statement of one session ran in PostgreSQL backend {pid}, "
                     f"not {session.server_pid}"
                 )
-            if not won:
-                self.pool.give(session)
-                return None
-            lease = PgLease(self, session)
-            self._held.setdefault(lease._thread, lease)
-            _monitor().watch(lease)
-            return lease
-        return None  # pragma: no cover - the loop returns or raises
+            if won:
+                lease.hold()
+                return lease
+            lease.give_back()
+            return None
+        except BaseException:
+            lease.close()  # the lock may have been taken: closing releases it
+            raise
 
     def read_counter(self) -> int:
         row = self._run(_READ, (self.name,), "reading the counter")
@@ -924,24 +1044,6 @@ class PostgresBackend:
 _HOST = socket.gethostname()
 
 
-def _execute_write(session: _Session, settings: _Settings, query: str, params: Any) -> None:
-    """A statement that returns no row (the row of a name)."""
-    deadlines = _deadlines()
-    token = deadlines.arm(session, settings.deadline)
-    try:
-        session.conn.execute(query, params)
-    except psycopg.Error as exc:
-        if not deadlines.disarm(token) or session.aborted:
-            raise OSError(errno.ETIMEDOUT, "PostgreSQL did not answer (preparing the row)") from exc
-        raise _os_error(exc, settings, "preparing the row") from exc
-    except BaseException:
-        deadlines.disarm(token)
-        raise
-    if not deadlines.disarm(token):
-        session.aborted = True
-        raise OSError(errno.ETIMEDOUT, "PostgreSQL answered too late (preparing the row)")
-
-
 def init_table(pool: _Pool) -> str:
     """Create the table if it does not exist (idempotent, safe to race).
 
@@ -953,43 +1055,36 @@ def init_table(pool: _Pool) -> str:
             run ``python -m sched_exclusive init-postgres`` as one that may).
     """
     session = pool.take()
-    deadlines = _deadlines()
-    token = deadlines.arm(session, pool.settings.deadline)
-    try:
-        conn = session.conn
+    conn = session.conn
+
+    def create() -> Any:
         with conn.transaction():
             # Two first users at once: CREATE TABLE IF NOT EXISTS alone can
             # still collide on the catalog; the transaction lock serializes.
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SETUP_KEY,))
             conn.execute(_CREATE)
             conn.execute(_COMMENT)
-            row = conn.execute(
+            return conn.execute(
                 "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE c.oid = to_regclass(%s)",
                 (TABLE,),
             ).fetchone()
-    except psycopg.Error as exc:
-        fired = not deadlines.disarm(token)
+
+    try:
+        row = _under_deadline(session, pool.settings, "creating the table", create)
+    except OSError as exc:
         pool.discard(session)
-        if fired:
-            raise OSError(
-                errno.ETIMEDOUT, "PostgreSQL did not answer (creating the table)"
-            ) from exc
-        if isinstance(exc, pg_errors.InsufficientPrivilege):
+        if isinstance(exc.__cause__, pg_errors.InsufficientPrivilege):
             raise OSError(
                 errno.EACCES,
-                f"PostgreSQL refused to create the {TABLE} table ({exc}); create it once as a "
-                "role that may (python -m sched_exclusive init-postgres CONNINFO), then grant "
-                f"SELECT, INSERT, UPDATE on {TABLE} to this one",
-            ) from exc
-        raise _os_error(exc, pool.settings, "creating the table") from exc
+                f"PostgreSQL refused to create the {TABLE} table ({exc.__cause__}); create it "
+                "once as a role that may (python -m sched_exclusive init-postgres CONNINFO), "
+                f"then grant SELECT, INSERT, UPDATE on {TABLE} to this one",
+            ) from exc.__cause__
+        raise
     except BaseException:
-        deadlines.disarm(token)
         pool.discard(session)
         raise
-    if not deadlines.disarm(token):
-        pool.discard(session)
-        raise OSError(errno.ETIMEDOUT, "PostgreSQL answered too late (creating the table)")
     pool.give(session)
     return f"{row[0] if row else 'public'}.{TABLE}"
 
