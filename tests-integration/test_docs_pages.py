@@ -111,7 +111,8 @@ def library_log_lines() -> tuple[list[LogLine], list[str]]:
                     found.append(LogLine(level, args[index], where))
                 elif args and level_constant(args[0]) and len(args) > 1 and is_string(args[1]):
                     found.append(LogLine(level_constant(args[0]) or "", args[1], where))
-                elif isinstance(func, ast.Attribute) and name in (*LEVEL_METHODS, "log"):
+                elif isinstance(func, ast.Attribute) and name in (*LEVEL_METHODS, "log") and args:
+                    # (With no arguments it is no logging call: ``task.exception()``.)
                     message = args[1] if name == "log" and len(args) > 1 else args[0]
                     if name != "log" and args and is_string(message):
                         found.append(LogLine(LEVEL_METHODS[name], message, where))

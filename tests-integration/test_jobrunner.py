@@ -265,3 +265,19 @@ def test_daemon_sigterm_cancels_queued_triggers(
     assert 1 == waiting.wait(), waiting.output()
     assert "cancelled: scheduler shutting down" in waiting.output(), daemon.output()
     assert "sched-trigger: started" not in waiting.output(), daemon.output()
+
+
+def test_daemon_exits_non_zero_when_its_broker_dies(
+    children: Children, runner_env: dict[str, str]
+) -> None:
+    """A run that raises ends the broker; the broker sets the daemon's stop event, so the
+    daemon notices at once and exits 1 (it used to stay up with no socket and no executor)."""
+    env = {**runner_env, "JOB_INTERVAL": "off", "JOB_COMMAND": "/nonexistent/command"}
+    daemon = children.jobrunner("daemon", env=env)
+    daemon.expect(r"listening for triggers on ")
+    client = children.start(trigger(Path(env["JOB_SOCKET"]), {}, env), env=env)
+    client.expect(r"^sched-trigger: done: failed .*panic: ")
+    assert 1 == client.wait()
+    assert 1 == daemon.wait(), daemon.output()
+    assert "trigger broker died: " in daemon.output()
+    assert not Path(env["JOB_SOCKET"]).exists()

@@ -36,7 +36,6 @@ Environment:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import logging
 import os
@@ -48,11 +47,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sched_cmd
 from sched_exclusive import Exclusive, ExclusiveError, Outcome, RunError
 from sched_interval import Mode, Schedule, format_duration, interval_from_env, parse_duration
 from sched_loop import run_loop, stop_on_signals
+
+if TYPE_CHECKING:
+    from sched_trigger import BrokerThread
 
 log = logging.getLogger("jobrunner")
 
@@ -326,12 +329,20 @@ RESULT_NOTES = {
 }
 
 
+def cannot_start(error: ExclusiveError) -> bool:
+    """Whether the cycle's command could not even be started (nothing runnable there)."""
+    group = error if isinstance(error, ExceptionGroup) else None
+    return group is not None and group.subgroup((FileNotFoundError, PermissionError)) is not None
+
+
 def main_daemon(config: Config) -> int:
     """Own every run: a ticker and a unix socket submit to one queue, one executor runs them.
 
     Each run is still guarded by ``Exclusive``, so a ``poll`` exec'd next to
     the daemon and the daemon's own runs never overlap: ticks use skip mode,
-    socket triggers queue mode.
+    socket triggers queue mode. The daemon has one stop event: SIGTERM sets
+    it, and so does the broker if it dies; either way the daemon winds down,
+    and it exits non-zero if the broker died.
     """
     from sched_trigger import CANCELLED_REASON, TRIGGER_EXTERNAL, QueueFull, run_broker_in_thread
     from sched_trigger import Outcome as Result
@@ -340,9 +351,9 @@ def main_daemon(config: Config) -> int:
         ex = exclusive(config, stop)
         ticks = itertools.count()
 
-        def run(_: threading.Event, trigger: str, request: Request) -> Result:
-            # `stop` (SIGTERM) rather than the executor's own event: the run in
-            # flight must hear the signal at once, not after the loop returns.
+        def run(stop: threading.Event, trigger: str, request: Request) -> Result:
+            # `stop` is the daemon's own event (shared with the broker): SIGTERM
+            # reaches the run in flight at once, and no queued run starts after it.
             if stop.is_set():
                 return Result(False, CANCELLED_REASON)
             began = time.monotonic()
@@ -352,18 +363,17 @@ def main_daemon(config: Config) -> int:
                 outcome, error = guarded(lambda: ex.run(job))
             else:
                 outcome, error = guarded(lambda: ex.run_or_skip(job))
+            if error is not None and cannot_start(error):
+                # JOB_COMMAND names nothing runnable: every later cycle would fail the
+                # same way. End the broker with it (this run's client gets "panic: ...");
+                # the broker sets `stop` and the daemon exits non-zero.
+                raise error
             if error is not None and outcome is not Outcome.QUEUED:
                 result = Result(False, describe(error), time.monotonic() - began)
             elif outcome is Outcome.GATED:
                 result = Result(False, CANCELLED_REASON, time.monotonic() - began)
             else:
                 result = Result(True, RESULT_NOTES[outcome], time.monotonic() - began)
-            if stop.is_set():
-                # Shutting down: ask the broker to stop before this result is
-                # reported, so the executor cancels what is queued behind this
-                # run instead of starting it. (timeout=0: ask, do not wait.)
-                with contextlib.suppress(TimeoutError):
-                    broker.stop(timeout=0)
             log.info(
                 "%s: done, %s%s",
                 why,
@@ -373,7 +383,9 @@ def main_daemon(config: Config) -> int:
             )
             return result
 
-        broker = run_broker_in_thread(config.socket, run, capacity=16, payload_type=Request)
+        broker = run_broker_in_thread(
+            config.socket, run, capacity=16, payload_type=Request, stop=stop
+        )
         log.info("listening for triggers on %s", config.socket)
         try:
 
@@ -391,11 +403,30 @@ def main_daemon(config: Config) -> int:
                     tick, config.schedule.interval, jitter=JITTER, fire_on_start=True, stop=stop
                 )
             else:
-                stop.wait()  # external: only triggers run cycles
+                stop.wait()  # external: only triggers run cycles (or the broker died)
         finally:
-            broker.stop()  # stop accepting, close the queue, drain, answer everyone
+            failure = stop_broker(broker)
+    if failure is not None:
+        log.error("trigger broker died: %s; exiting", describe_failure(failure))
+        return 1
     log.info("stopped: every accepted trigger has its result, exiting")
     return 0
+
+
+def stop_broker(broker: BrokerThread[Request]) -> BaseException | None:
+    """Stop accepting, close the queue, drain, answer everyone; what killed the broker, if any."""
+    try:
+        broker.stop()
+    except Exception as exc:  # the broker died: its run's exception
+        return exc
+    return None
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for what ended the broker."""
+    return (
+        describe(error) if isinstance(error, ExclusiveError) else f"{type(error).__name__}: {error}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,13 +134,24 @@ async def read_line(reader: asyncio.StreamReader) -> bytes:
     return await asyncio.wait_for(reader.readline(), DEADLINE)
 
 
-def run_async(coro: Awaitable[Any]) -> Any:
-    """``asyncio.run`` with debug on, as every asyncio test runs."""
+def run_async(coro: Awaitable[Any], loop: str = "asyncio") -> Any:
+    """``asyncio.run`` with debug on, as every asyncio test runs; ``loop="uvloop"`` runs
+    it on uvloop instead."""
 
     async def main() -> Any:
         return await coro
 
-    return asyncio.run(main(), debug=True)
+    factory = None
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(debug=True, loop_factory=factory) as runner:
+        return runner.run(main())
+
+
+#: The event loops the daemon-side tests that care run on.
+LOOPS = ("asyncio", "uvloop")
 
 
 def blocking_connect(path: str) -> socket.socket:

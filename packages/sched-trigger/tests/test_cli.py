@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -14,7 +15,7 @@ import pytest
 from sched_trigger_testkit import DEADLINE, Payload, RawServer, socket_dir
 
 from sched_trigger import Outcome, run_broker_in_thread
-from sched_trigger.__main__ import format_ms, main
+from sched_trigger.__main__ import format_ms, main, parse_timeout
 
 QUEUED = b'{"event":"queued","ok":false}\n'
 
@@ -83,6 +84,19 @@ def test_unreachable_and_usage_errors_exit_2(args: list[str]) -> None:
     assert done.stderr
 
 
+def test_a_nested_event_line_exits_3_without_a_traceback() -> None:
+    """A daemon that sends a deeply nested line gets the protocol error's exit status."""
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 500_000 + b"\n"])
+        try:
+            done = cli(server.path)
+        finally:
+            server.close()
+    assert 3 == done.returncode
+    assert "Traceback" not in done.stderr
+    assert "connection lost mid-run" in done.stderr
+
+
 def test_connection_lost_mid_run_exits_3() -> None:
     """A daemon that dies after queueing the request: exit 3."""
     with socket_dir() as tmp:
@@ -124,7 +138,9 @@ def test_ctrl_c_exits_130_and_closes_the_connection() -> None:
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     """--help prints the usage and the exit statuses."""
     assert 0 == main(["--help"])
-    assert "usage: sched-trigger SOCKET [PAYLOAD_JSON]" in capsys.readouterr().out
+    assert "usage: sched-trigger [--timeout DURATION] SOCKET [PAYLOAD_JSON | -]" in (
+        capsys.readouterr().out
+    )
 
 
 def test_console_script_is_installed() -> None:
@@ -173,3 +189,109 @@ def test_python_dash_m_matches_the_main_function() -> None:
     )
     assert 0 == done.returncode
     assert "exit status" in done.stdout
+
+
+def test_the_payload_can_come_from_stdin() -> None:
+    """``-`` reads the payload from stdin: no argument-size limit, nothing in
+    /proc/PID/cmdline (a 1 MB payload as an argument fails with E2BIG)."""
+    secret = "s3cr3t-" + "x" * 1_000_000
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "d.sock")
+        with run_broker_in_thread(path, run, payload_type=Payload):
+            done = subprocess.run(
+                [sys.executable, "-m", "sched_trigger", path, "-"],
+                input=json.dumps({"repos": [secret]}),
+                capture_output=True,
+                text=True,
+                timeout=DEADLINE,
+                check=False,
+            )
+            bad = subprocess.run(
+                [sys.executable, "-m", "sched_trigger", path, "-"],
+                input="{not json",
+                capture_output=True,
+                text=True,
+                timeout=DEADLINE,
+                check=False,
+            )
+    assert 0 == done.returncode, done.stderr
+    assert 2 == bad.returncode
+    assert "standard input is not valid JSON" in bad.stderr
+
+
+def test_timeout_option_bounds_the_wait() -> None:
+    """--timeout takes seconds or a Go duration; when it passes the CLI exits 3."""
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED], hang_up=False)
+        try:
+            done = cli("--timeout", "50ms", server.path)
+            assert server.client_left.wait(DEADLINE)
+        finally:
+            server.close()
+    assert 3 == done.returncode
+    assert "timed out" in done.stderr
+    for bad in ("soon", "-1s", "1d"):
+        assert 2 == cli("--timeout", bad, "/nowhere").returncode
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30.0), ("2.5", 2.5), ("90s", 90.0), ("1m30s", 90.0), ("500ms", 0.5), ("1h", 3600.0)],
+)
+def test_timeout_values(text: str, seconds: float) -> None:
+    """The --timeout grammar: a number of seconds or a Go duration."""
+    assert seconds == parse_timeout(text)
+
+
+@pytest.mark.parametrize("kind", ["file", "long"])
+def test_not_a_socket_and_too_long_paths_are_named(kind: str) -> None:
+    """The CLI says 'not a socket' or 'over the 107-byte limit', exit 2."""
+    with socket_dir() as tmp:
+        path = Path(tmp) / "s"
+        path.write_text("")
+        target = str(path) if kind == "file" else "/tmp/" + "x" * 120
+        done = cli(target)
+    assert 2 == done.returncode
+    assert ("not a socket" if kind == "file" else "-byte limit") in done.stderr
+    assert "Errno None" not in done.stderr
+
+
+STALL_IMPORT = """
+import sys, time
+
+STALL_ON = sys.argv[1]
+
+class Stall:  # a slow disk, at the worst moment: inside one of the CLI's imports
+    def find_spec(self, name, path=None, target=None):
+        if name == STALL_ON:
+            print("stalled", flush=True)
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, Stall())
+sys.argv[1:] = sys.argv[2:]
+from sched_trigger.__main__ import main  # what the console script does
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("module", ["socket", "json", "sched_trigger._client"])
+def test_ctrl_c_during_start_up_prints_no_traceback(module: str) -> None:
+    """SIGINT while the CLI is still importing: exit 130 with one line, no traceback."""
+    child = subprocess.Popen(
+        [sys.executable, "-u", "-c", STALL_IMPORT, module, "/nowhere.sock"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert "stalled" == child.stdout.readline().strip()
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=DEADLINE)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert "Traceback" not in stderr
+    assert 130 == child.returncode

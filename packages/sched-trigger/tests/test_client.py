@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from sched_trigger import (
     ConnectionLost,
     Event,
     SendFailed,
+    SubmitCancelled,
     SubmitTimeout,
     TriggerError,
     Unreachable,
@@ -93,7 +95,7 @@ def test_unreachable(call: Submit, target: str) -> None:
             path.write_text("")
         with pytest.raises(Unreachable) as caught:
             call(path, {})
-    expected = {"missing": errno.ENOENT, "stale": errno.ECONNREFUSED, "file": errno.ECONNREFUSED}
+    expected = {"missing": errno.ENOENT, "stale": errno.ECONNREFUSED, "file": errno.ENOTSOCK}
     assert expected[target] == caught.value.errno
     assert str(path) == caught.value.filename
     assert isinstance(caught.value, ConnectionError)
@@ -155,7 +157,7 @@ def test_a_deadline_that_passes_during_the_connect_is_a_submit_timeout(
     """The timeout running out between the connect and the send is SubmitTimeout, not ValueError."""
     real_connect = _client.connect
 
-    def slow_connect(path: str, deadline: float | None) -> socket.socket:
+    def slow_connect(path: str, deadline: float | None, stop: object = None) -> socket.socket:
         sock = real_connect(path, deadline)
         assert deadline is not None
         while time.monotonic() <= deadline:  # let the deadline pass, nothing more
@@ -290,6 +292,20 @@ def test_asubmit_cancellation_closes_the_connection() -> None:
 
 
 @BOTH
+def test_a_deeply_nested_event_line_is_a_protocol_error(call: Submit) -> None:
+    """A line nested past the parser's depth is the package's protocol error, never a
+    RecursionError escaping to the caller."""
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 500_000 + b"\n"])
+        try:
+            with pytest.raises(ConnectionLost) as caught:
+                call(server.path, {})
+            assert errno.EPROTO == caught.value.errno
+        finally:
+            server.close()
+
+
+@BOTH
 def test_an_endless_event_line_is_connection_lost(call: Submit) -> None:
     """A daemon streaming a line without end cannot exhaust the client's memory."""
     with socket_dir() as tmp:
@@ -297,5 +313,67 @@ def test_an_endless_event_line_is_connection_lost(call: Submit) -> None:
         try:
             with pytest.raises(ConnectionLost):
                 call(server.path, {})
+        finally:
+            server.close()
+
+
+@BOTH
+def test_a_file_that_is_not_a_socket_is_named_as_such(call: Submit) -> None:
+    """A regular file at the path reads 'not a socket', not 'Connection refused'."""
+    with socket_dir() as tmp:
+        path = Path(tmp) / "s"
+        path.write_text("")
+        with pytest.raises(Unreachable, match="not a socket"):
+            call(path, {})
+
+
+@BOTH
+def test_a_path_over_the_sun_path_limit_is_named_as_such(call: Submit) -> None:
+    """A path longer than a unix socket takes says so, instead of '[Errno None]'."""
+    path = "/tmp/" + "x" * 120
+    with pytest.raises(Unreachable, match=r"over the 10[37]-byte limit") as caught:
+        call(path, {})
+    assert errno.ENAMETOOLONG == caught.value.errno
+
+
+def test_setting_stop_ends_the_wait_at_once() -> None:
+    """submit(stop=event) raises SubmitCancelled as soon as the event is set, and the daemon
+    sees the client leave (as Go's Submit does when its context is cancelled)."""
+    stop = threading.Event()
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED], hang_up=False)
+        try:
+            queued = threading.Event()
+            thread, box = in_thread(
+                lambda: submit(server.path, {}, lambda e: queued.set(), stop=stop)
+            )
+            assert queued.wait(DEADLINE)
+            stop.set()
+            thread.join(DEADLINE)
+            assert not thread.is_alive()
+            assert server.client_left.wait(DEADLINE)
+        finally:
+            server.close()
+    assert 1 == len(box)
+    assert isinstance(box[0], SubmitCancelled)
+    assert isinstance(box[0], TriggerError)
+
+
+def test_a_stop_already_set_submits_nothing() -> None:
+    """With the event already set, submit raises at once without connecting."""
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(SubmitCancelled):
+        submit("/nonexistent/daemon.sock", {}, stop=stop)
+
+
+def test_stop_and_timeout_together_whichever_comes_first() -> None:
+    """The timeout still bounds a wait that also listens for stop."""
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED], hang_up=False)
+        try:
+            with pytest.raises(SubmitTimeout):
+                submit(server.path, {}, stop=threading.Event(), timeout=0.05)
+            assert server.client_left.wait(DEADLINE)
         finally:
             server.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import pytest
@@ -216,3 +217,50 @@ def test_a_hand_written_executor_loop_over_async_for() -> None:
         Outcome(False, "halted by app policy"),
         Outcome(True, "ran c"),
     ] == run_async(scenario())
+
+
+def test_a_raising_sync_run_leaves_no_asyncio_noise(caplog: pytest.LogCaptureFixture) -> None:
+    """A sync run that raises is reported once (by execute raising), with no second
+    'Future exception was never retrieved' traceback from asyncio."""
+    import gc
+
+    def run(stop: threading.Event, trigger: str, payload: int) -> Outcome:
+        raise ValueError("boom")
+
+    async def scenario() -> None:
+        queue: Queue[int] = Queue(2)
+        jobs(queue, 1)
+        with pytest.raises(ValueError, match="boom"):
+            await asyncio.wait_for(execute(queue, run, stop=asyncio.Event()), DEADLINE)
+        gc.collect()
+        await asyncio.sleep(0)
+
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    run_async(scenario())
+    gc.collect()
+    assert [] == [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+
+
+def test_a_sync_run_sees_stop_before_each_job_without_a_loop_round_trip() -> None:
+    """The worker checks the stop signal itself before starting each job: a job queued
+    behind a run that set the stop is cancelled, never started."""
+
+    async def scenario() -> list[Job[int]]:
+        queue: Queue[int] = Queue(5)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def run(thread_stop: threading.Event, trigger: str, payload: int) -> Outcome:
+            loop.call_soon_threadsafe(stop.set)
+            assert thread_stop.wait(DEADLINE)
+            return Outcome(True, "saw stop")
+
+        made = jobs(queue, 3)
+        queue.close()
+        await asyncio.wait_for(execute(queue, run, stop=stop), DEADLINE)
+        return made
+
+    made = run_async(scenario())
+    assert Outcome(True, "saw stop") == made[0].result(0)
+    assert [Outcome(False, CANCELLED_REASON)] * 2 == [j.result(0) for j in made[1:]]
+    assert not made[1].started

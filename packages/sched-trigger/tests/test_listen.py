@@ -178,7 +178,8 @@ def test_server_close_removes_its_socket_file_only() -> None:
         serving = asyncio.create_task(other.serve(listen(path)))
         await asyncio.sleep(0)
         Path(path).unlink()
-        replacement = listen(path)  # a new daemon took the path over
+        replacement = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        replacement.bind(path)  # something else took the path over
         try:
             other.close()
             await asyncio.wait_for(serving, DEADLINE)
@@ -188,3 +189,145 @@ def test_server_close_removes_its_socket_file_only() -> None:
 
     with socket_dir() as tmp:
         run_async(scenario(tmp))
+
+
+# --- one owner per path ------------------------------------------------------------------
+
+STARTING_DAEMON = textwrap.dedent(
+    """
+    import fcntl, os, socket, sys
+    path = sys.argv[1]
+    # A daemon in the middle of listen(): it holds the owner lock and has bound
+    # its socket, but is not listening yet (a connect is refused).
+    lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+def test_a_daemon_still_starting_up_keeps_its_path() -> None:
+    """A socket bound but not yet listening answers 'refused' like a dead daemon's: the owner
+    lock tells them apart, so a second daemon gets AlreadyServing and steals nothing."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "s.sock")
+        with subprocess.Popen(
+            [sys.executable, "-u", "-c", STARTING_DAEMON, path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as child:
+            try:
+                assert child.stdout is not None
+                assert child.stdin is not None
+                assert "ready" == child.stdout.readline().strip()
+                inode = Path(path).stat().st_ino
+                fds = open_fds()
+                with pytest.raises(AlreadyServing, match=r"s\.sock\.lock") as caught:
+                    listen(path)
+                assert (errno.EADDRINUSE, path) == (caught.value.errno, caught.value.filename)
+                assert inode == Path(path).stat().st_ino
+                assert fds == open_fds()
+            finally:
+                child.communicate("", timeout=DEADLINE)
+
+
+def test_the_lock_is_released_on_close_and_at_process_death() -> None:
+    """Closing the socket releases the path; so does the owner's death (a stale file then)."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "s.sock")
+        fds = open_fds()
+        listen(path).close()
+        assert fds == open_fds()  # the socket and the lock's descriptor
+        listen(path).close()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import os, sched_trigger; sched_trigger.listen({path!r}); os._exit(0)",
+            ],
+            timeout=DEADLINE,
+            check=True,
+        )
+        assert 0 == done.returncode
+        assert Path(path).exists()  # the dead daemon's file
+        listen(path).close()
+        assert 0o600 == stat.S_IMODE(Path(path + ".lock").stat().st_mode)
+
+
+RACER = textwrap.dedent(
+    """
+    import sys
+    from sched_trigger import AlreadyServing, listen
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if not line.startswith("go "):
+            continue
+        try:
+            sock = listen(line.split()[1])
+        except AlreadyServing:
+            print("refused", flush=True)
+            continue
+        print("owner", flush=True)
+        sys.stdin.readline()  # "release": the owner serves until the round ends
+        sock.close()
+        print("released", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "rounds", [pytest.param(40, id="40"), pytest.param(1000, id="1000", marks=pytest.mark.slow)]
+)
+def test_simultaneous_starts_leave_exactly_one_owner(rounds: int) -> None:
+    """Six daemons start on one path at the same instant, round after round (each waits on
+    its pipe until the parent says go): exactly one owns the path, and it answers there."""
+    with socket_dir() as tmp:
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-u", "-c", RACER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(6)
+        ]
+        try:
+            for child in children:
+                assert child.stdout is not None
+                assert "ready" == child.stdout.readline().strip()
+            for round_ in range(rounds):
+                path = str(Path(tmp) / f"r{round_ % 4}.sock")
+                for child in children:
+                    assert child.stdin is not None
+                    child.stdin.write(f"go {path}\n")
+                    child.stdin.flush()
+                answers = [child.stdout.readline().strip() for child in children]  # type: ignore[union-attr]
+                assert 1 == answers.count("owner"), answers
+                probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    probe.connect(path)
+                finally:
+                    probe.close()
+                owner = children[answers.index("owner")]
+                assert owner.stdin is not None
+                assert owner.stdout is not None
+                owner.stdin.write("release\n")
+                owner.stdin.flush()
+                assert "released" == owner.stdout.readline().strip()
+        finally:
+            for child in children:
+                child.communicate("", timeout=DEADLINE)
+
+
+def test_a_path_over_the_sun_path_limit_is_named_as_such() -> None:
+    """A path longer than a unix socket takes is ENAMETOOLONG saying so (not '[Errno None]')."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / ("x" * (120 - len(tmp))))
+        with pytest.raises(OSError, match=r"over the 10[37]-byte limit") as caught:
+            listen(path)
+        assert errno.ENAMETOOLONG == caught.value.errno
+        assert not Path(path + ".lock").exists()

@@ -19,6 +19,7 @@ from sched_trigger import (
     QueueClosed,
     QueueFull,
     SendFailed,
+    SubmitCancelled,
     SubmitTimeout,
     TriggerError,
     Unreachable,
@@ -69,6 +70,7 @@ def test_version_comes_from_the_metadata() -> None:
         (SendFailed(32, "Broken pipe", "/x"), ConnectionError),
         (ConnectionLost(104, "reset", "/x"), ConnectionError),
         (SubmitTimeout("late"), TimeoutError),
+        (SubmitCancelled("stopped"), None),
         (AlreadyServing(98, "already serving", "/x"), OSError),
         (NotASocket(17, "not a socket", "/x"), OSError),
     ],
@@ -115,8 +117,14 @@ def test_the_client_path_loads_no_asyncio() -> None:
 
 
 def test_the_cli_loads_no_more_than_the_client() -> None:
-    """The console script's module adds nothing heavy to the client path."""
-    modules = loaded_by("import sched_trigger.__main__ as m; m.main(['--help'])")
+    """The console script's module adds nothing heavy to the client path; importing it
+    loads nothing but itself (its imports happen inside main, under its Ctrl-C guard)."""
+    assert {"sched_trigger", "sched_trigger.__main__"} == {
+        m for m in loaded_by("import sched_trigger.__main__") if m.startswith("sched_trigger")
+    }
+    modules = loaded_by(
+        "import sched_trigger.__main__ as m; m.main(['--timeout', '1s', '/nowhere.sock'])"
+    )
     assert set() == HEAVY & modules
     assert {m for m in modules if m.startswith("sched_trigger")} == {
         "sched_trigger",

@@ -51,7 +51,7 @@ def test_rendezvous_accepts_only_while_a_receiver_waits() -> None:
         queue: Queue[int] = Queue(0)
         with pytest.raises(QueueFull):
             queue.submit(job(1))
-        getter = asyncio.create_task(queue.get())
+        getter = asyncio.create_task(queue.aget())
         await asyncio.sleep(0)  # let get() register as waiting; no timing involved
         queue.submit(job(2))
         with pytest.raises(QueueFull):
@@ -66,14 +66,14 @@ def test_a_waiting_receiver_takes_one_beyond_capacity_like_a_go_channel() -> Non
 
     async def scenario() -> None:
         queue: Queue[int] = Queue(1)
-        getter = asyncio.create_task(queue.get())
+        getter = asyncio.create_task(queue.aget())
         await asyncio.sleep(0)
         queue.submit(job(1))
         queue.submit(job(2))
         with pytest.raises(QueueFull):
             queue.submit(job(3))
         assert 1 == (await getter).payload
-        assert 2 == (await queue.get()).payload
+        assert 2 == (await queue.aget()).payload
 
     run_async(scenario())
 
@@ -88,7 +88,7 @@ def test_async_for_drains_in_order_then_ends_on_close() -> None:
         queue.close()
         got = [j.payload async for j in queue]
         with pytest.raises(QueueClosed):
-            await queue.get()
+            await queue.aget()
         return got
 
     assert [0, 1, 2, 3, 4] == run_async(scenario())
@@ -134,7 +134,7 @@ def test_close_wakes_a_waiting_receiver() -> None:
 
     async def scenario() -> None:
         queue: Queue[int] = Queue(1)
-        getter = asyncio.create_task(queue.get())
+        getter = asyncio.create_task(queue.aget())
         await asyncio.sleep(0)
         await asyncio.to_thread(queue.close)
         with pytest.raises(QueueClosed):
@@ -148,14 +148,14 @@ def test_a_cancelled_receiver_never_loses_a_handed_job() -> None:
 
     async def scenario() -> None:
         queue: Queue[int] = Queue(0)
-        getter = asyncio.create_task(queue.get())
+        getter = asyncio.create_task(queue.aget())
         await asyncio.sleep(0)
         queue.submit(job(7))
         getter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await getter
         assert 1 == len(queue)
-        assert 7 == (await queue.get()).payload
+        assert 7 == (await queue.aget()).payload
 
     run_async(scenario())
 
@@ -186,10 +186,10 @@ def test_queue_matches_a_fifo_model(capacity: int, ops: list[str]) -> None:
                     model.append(n)
             elif op == "get":
                 if model:
-                    assert model.pop(0) == (await queue.get()).payload
+                    assert model.pop(0) == (await queue.aget()).payload
                 elif closed:
                     with pytest.raises(QueueClosed):
-                        await queue.get()
+                        await queue.aget()
             else:
                 queue.close()
                 closed = True
@@ -259,3 +259,126 @@ def test_outcome_value_type() -> None:
     assert "Outcome(ok=False, reason='x', duration=datetime.timedelta(0))" == repr(
         Outcome(False, "x")
     )
+
+
+# --- the blocking consumer, for plain threads ---------------------------------------------
+
+
+def test_get_blocks_a_thread_until_a_job_arrives() -> None:
+    """A thread blocked in get() takes the job another thread submits, in FIFO order."""
+    queue: Queue[int] = Queue(4)
+    thread, box = in_thread(lambda: [queue.get(timeout=DEADLINE) for _ in range(3)])
+    for n in (1, 2, 3):
+        queue.submit(job(n))
+    thread.join(DEADLINE)
+    assert [[1, 2, 3]] == [[j.payload for j in box[0]]]
+
+
+def test_get_returns_none_once_stop_is_set_or_the_timeout_passes() -> None:
+    """get(stop=...) returns None as soon as the stop event is set (no polling: a watcher
+    wakes it); get(timeout=...) returns None when nothing came in time."""
+    queue: Queue[int] = Queue(1)
+    stop = threading.Event()
+    waiting = threading.Event()
+
+    def consume() -> object:
+        waiting.set()
+        return queue.get(stop=stop)
+
+    thread, box = in_thread(consume)
+    assert waiting.wait(DEADLINE)
+    stop.set()
+    thread.join(DEADLINE)
+    assert [None] == box
+    assert queue.get(stop=stop) is None  # already set: at once
+    assert queue.get(timeout=0) is None
+    assert queue.get(timeout=timedelta(milliseconds=1)) is None
+    queue.submit(job(5))
+    got = queue.get(stop=stop)  # a job already waiting is handed over even after stop
+    assert got is not None
+    assert 5 == got.payload
+
+
+def test_iterating_a_queue_ends_once_it_is_closed_and_drained() -> None:
+    """``for job in queue`` blocks for jobs and ends when the queue is closed and empty."""
+    queue: Queue[int] = Queue(4)
+    thread, box = in_thread(lambda: [j.payload for j in queue])
+    for n in (1, 2):
+        queue.submit(job(n))
+    queue.close()
+    thread.join(DEADLINE)
+    assert [[1, 2]] == box
+    with pytest.raises(QueueClosed):
+        queue.get()
+
+
+def test_thread_and_asyncio_receivers_share_one_queue() -> None:
+    """A blocked thread and a waiting coroutine each take one job: none is lost or doubled."""
+
+    async def scenario() -> list[int]:
+        queue: Queue[int] = Queue(0)
+        thread, box = in_thread(lambda: queue.get(timeout=DEADLINE))
+        getter = asyncio.create_task(queue.aget())
+        accepted = 0
+        n = 0
+        while accepted < 2:  # capacity 0: accepted only while a receiver waits
+            n += 1
+            try:
+                queue.submit(job(n))
+            except QueueFull:
+                await asyncio.sleep(0)
+                continue
+            accepted += 1
+        await asyncio.to_thread(thread.join, DEADLINE)
+        taken = [box[0].payload, (await asyncio.wait_for(getter, DEADLINE)).payload]
+        return sorted(taken)
+
+    assert 2 == len(set(run_async(scenario())))
+
+
+def test_get_on_an_event_loop_thread_is_refused() -> None:
+    """Blocking get() on a loop's thread would freeze the loop: it points to aget()."""
+
+    async def scenario() -> None:
+        queue: Queue[int] = Queue(1)
+        with pytest.raises(RuntimeError, match="aget"):
+            queue.get()
+        assert queue.get(timeout=0) is None  # never blocks: allowed
+
+    run_async(scenario())
+
+
+@given(
+    capacity=st.integers(0, 4),
+    ops=st.lists(st.sampled_from(["submit", "get", "close"]), max_size=30),
+)
+def test_the_blocking_consumer_matches_a_fifo_model(capacity: int, ops: list[str]) -> None:
+    """get(timeout=0) against the model: the oldest job, None when empty, QueueClosed
+    once closed and drained. Capacity 0 refuses every submit (nobody waits)."""
+    queue: Queue[int] = Queue(capacity)
+    model: list[int] = []
+    closed = False
+    for n, op in enumerate(ops):
+        if op == "submit":
+            if closed:
+                with pytest.raises(QueueClosed):
+                    queue.submit(job(n))
+            elif len(model) >= capacity:
+                with pytest.raises(QueueFull):
+                    queue.submit(job(n))
+            else:
+                queue.submit(job(n))
+                model.append(n)
+        elif op == "get":
+            if model:
+                got = queue.get(timeout=0)
+                assert got is not None
+                assert model.pop(0) == got.payload
+            elif closed:
+                with pytest.raises(QueueClosed):
+                    queue.get(timeout=0)
+            else:
+                assert queue.get(timeout=0) is None
+        else:
+            queue.close()
+            closed = True

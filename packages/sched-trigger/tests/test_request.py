@@ -193,3 +193,188 @@ def test_payload_type_must_be_a_dataclass() -> None:
         dataclass_decoder(dict)
     with pytest.raises(TypeError, match="dataclass"):
         dataclass_decoder(Payload())  # type: ignore[arg-type]
+
+
+# --- linear-time framing -----------------------------------------------------------------
+
+
+@dataclass
+class _CountingDecoder:
+    """Stands in for the module's JSON decoder and counts the characters it is handed."""
+
+    real: Any
+    seen: int = 0
+
+    def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
+        self.seen += len(text) - index
+        return self.real.raw_decode(text, index)  # type: ignore[no-any-return]
+
+
+def test_a_request_in_many_chunks_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks that each end like a value might (a quote, a newline) do not make the reader
+    re-parse what it already has: the decoder sees each byte once, not once per chunk."""
+    import sched_trigger._request as request
+
+    counting = _CountingDecoder(request._DECODER)
+    monkeypatch.setattr(request, "_DECODER", counting)
+    element = b'"' + b"x" * 60 + b'",\n'
+    chunks = [b"["] + [element] * 2000 + [b'"last"]\n']
+    size = sum(map(len, chunks))
+    assert (True, ["x" * 60] * 2000 + ["last"]) == feed_all(chunks, cap=size)
+    assert counting.seen <= 2 * size
+
+
+def test_leading_whitespace_counts_against_the_cap() -> None:
+    """Every byte up to the end of the value counts, leading whitespace included (Go's
+    LimitReader): a stream of spaces is refused as soon as it passes the cap."""
+    value = b'"' + b"x" * 38 + b'"'
+    assert (True, "x" * 38) == feed_all([b" " * 60, value], cap=100)
+    with pytest.raises(Undecodable, match="too large"):
+        feed_all([b" " * 61, value], cap=100)
+    reader = RequestReader(100)
+    assert (False, None) == reader.feed(b" " * 100)
+    with pytest.raises(Undecodable, match="too large"):
+        reader.feed(b" ")
+
+
+def test_a_number_cut_by_the_cap_ends_there_as_go_reads_it() -> None:
+    """At the cap the stream ends, as a LimitReader ends it: a bare number is complete."""
+    assert (True, 12345) == feed_all([b"  12345"], cap=7)
+    assert (True, 12345) == feed_all([b"1234567"], cap=5)
+    with pytest.raises(Undecodable, match="too large"):
+        feed_all([b"[1, 2"], cap=5)
+
+
+def test_nesting_beyond_go_max_depth_is_refused_at_once() -> None:
+    """Go refuses nesting deeper than 10,000; so does the reader, before the value ends."""
+    with pytest.raises(Undecodable, match="max depth"):
+        feed_all([b"[" * 10_001])
+    # Within Go's limit but maybe past this Python's parser: decoded, or undecodable;
+    # never a RecursionError escaping to the server.
+    try:
+        done, value = feed_all([b"[" * 9_999 + b"]" * 9_999])
+    except Undecodable:
+        pass
+    else:
+        assert done
+        for _ in range(9_998):
+            (value,) = value
+        assert [] == value
+
+
+# --- decoding as Go's encoding/json does ----------------------------------------------------
+
+
+def go_unquote_model(units: list[int]) -> str:
+    """Decode a string written as ``\\uXXXX`` escapes of *units*, as Go's ``unquote`` does:
+    a valid surrogate pair is one character, any other surrogate is U+FFFD."""
+    out = []
+    i = 0
+    while i < len(units):
+        unit = units[i]
+        if 0xD800 <= unit < 0xDC00 and i + 1 < len(units) and 0xDC00 <= units[i + 1] < 0xE000:
+            out.append(chr(0x10000 + ((unit - 0xD800) << 10) + (units[i + 1] - 0xDC00)))
+            i += 2
+            continue
+        out.append("\ufffd" if 0xD800 <= unit < 0xE000 else chr(unit))
+        i += 1
+    return "".join(out)
+
+
+@given(
+    units=st.lists(
+        st.one_of(st.integers(0xD7F0, 0xE010), st.integers(0x20, 0x7E)), min_size=1, max_size=12
+    )
+)
+def test_surrogate_escapes_decode_as_go_decodes_them(units: list[int]) -> None:
+    """A lone surrogate escape becomes U+FFFD, a valid pair one character, in values and keys."""
+    escaped = "".join(f"\\u{unit:04x}" for unit in units)
+    expected = go_unquote_model(units)
+    for body in (f'"{escaped}"', f'["{escaped}"]', f'{{"{escaped}": "{escaped}"}}'):
+        done, value = feed_all([body.encode(), b"\n"])
+        assert done
+        if isinstance(value, dict):
+            assert {expected: expected} == value
+        else:
+            assert expected == (value if isinstance(value, str) else value[0])
+    assert (True, expected) == feed_all([f'"{escaped}"\n'.encode()])  # the one-chunk path
+
+
+def test_a_lone_surrogate_never_reaches_the_payload() -> None:
+    """A lone surrogate escape becomes U+FFFD: the payload always encodes to UTF-8."""
+    done, value = feed_all([b'{"repos": ["\\ud800", "a\\udfffb"], "note\\udc00": 1}\n'])
+    assert done
+    assert {"repos": ["\ufffd", "a\ufffdb"], "note\ufffd": 1} == value
+    converted = dataclass_decoder(Payload)(value)
+    assert ["\ufffd", "a\ufffdb"] == converted.repos
+    "".join(converted.repos).encode()  # what a subprocess argv needs
+
+
+@pytest.mark.parametrize("text", [b"1e400", b"-1e400", b"[1e999]", b'{"ratio": 1E+400}'])
+def test_a_float_too_large_for_a_float64_is_undecodable(text: bytes) -> None:
+    """Go's decoder refuses a number its float64 cannot hold; so does the reader."""
+    with pytest.raises(Undecodable, match="out of range"):
+        feed_all([text, b"\n"])
+
+
+def test_numbers_out_of_range_for_their_field_are_undecodable() -> None:
+    """An int field takes Go's int64 range; a float field refuses what overflows a float64."""
+    convert = dataclass_decoder(Payload)
+    assert 2**63 - 1 == convert({"count": 2**63 - 1}).count
+    assert -(2**63) == convert({"count": -(2**63)}).count
+    for value in ({"count": 2**63}, {"count": -(2**63) - 1}, {"count": 99999999999999999999}):
+        with pytest.raises(Undecodable, match="out of range"):
+            convert(value)
+    with pytest.raises(Undecodable, match="out of range"):
+        convert({"ratio": 10**400})
+    assert 0.0 == convert(feed_all([b'{"ratio": 1e-400}\n'])[1]).ratio  # underflow is zero
+
+
+def test_of_two_keys_for_one_field_the_last_wins() -> None:
+    """Keys that differ only in case name the same field; the last one wins, as in Go."""
+    convert = dataclass_decoder(Payload)
+
+    def decoded(text: bytes) -> Payload:
+        done, value = feed_all([text, b"\n"])
+        assert done
+        result = convert(value)
+        assert isinstance(result, Payload)
+        return result
+
+    assert ["b"] == decoded(b'{"repos": ["a"], "REPOS": ["b"]}').repos
+    assert ["a"] == decoded(b'{"REPOS": ["b"], "repos": ["a"]}').repos
+    assert ["c"] == decoded(b'{"repos": ["a"], "Repos": ["b"], "repos": ["c"]}').repos
+    assert ["a"] == decoded(b'{"repos": ["a"], "REPOS": null}').repos  # null changes nothing
+
+
+def test_keys_fold_as_go_folds_them() -> None:
+    """Go's per-character simple folding: the Kelvin sign is k, long s is s, ß is not ss."""
+
+    @dataclass
+    class Folded:
+        kind: str = ""
+        sum: str = ""
+        strasse: str = ""
+
+    convert = dataclass_decoder(Folded)
+    assert Folded("K", "S") == convert({"\u212aIND": "K", "\u017fUM": "S", "STRAßE": "x"})
+
+
+@pytest.mark.parametrize(
+    ("chunks", "eof"),
+    [
+        ([b'{"a": "xy'], True),
+        ([b'"unterminated'], True),
+        ([b"[1, 2"], True),
+        ([b"1.\n"], False),
+        ([b'{"a" 1}\n'], False),
+        ([b"\x00\n"], False),
+    ],
+)
+def test_undecodable_messages_read_cleanly(chunks: list[bytes], eof: bool) -> None:
+    """The reason logged for an undecodable request is one clean phrase ('at at' was doubled)."""
+    with pytest.raises(Undecodable) as caught:
+        feed_all(chunks, eof=eof)
+    message = str(caught.value)
+    assert " at at " not in message
+    assert message.count(" at ") <= 1

@@ -78,9 +78,32 @@ def test_event_decoding_is_lenient_like_go() -> None:
     assert Event("started") == Event.decode('{"event":"started","reason":null}')
 
 
+def test_event_decoding_follows_go_encoding_json() -> None:
+    """The last of two keys naming one field wins; invalid UTF-8 and lone surrogate escapes
+    become U+FFFD, as Go's client decodes them."""
+    assert Event("done", ok=True) == Event.decode(b'{"event":"done","ok":false,"OK":true}')
+    assert Event("done", ok=True) == Event.decode(
+        b'{"event":"done","ok":true,"OK":false,"ok":true}'
+    )
+    assert Event("done", "a\ufffdb") == Event.decode(b'{"event":"done","reason":"a\\ud800b"}')
+    assert Event("done", "\ufffd\ufffdx") == Event.decode(b'{"event":"done","reason":"\xe2\x82x"}')
+    assert Event("done", ok=True) == Event.decode(b'{"event":"done","ok":true,"x":1e400}')
+
+
 @pytest.mark.parametrize(
     "line",
-    [b"", b"[]", b'{"event":5}', b'{"event":"done","ok":"yes"}', b'{"duration_ms":1.5}', b"{x"],
+    [
+        b"",
+        b"[]",
+        b'{"event":5}',
+        b'{"event":"done","ok":"yes"}',
+        b'{"duration_ms":1.5}',
+        b"{x",
+        b'{"event":"done","duration_ms":9223372036854775808}',
+        b'{"event":"done","ok":true,"x":NaN}',
+        b"[" * 100_000,
+        b'{"event":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ],
 )
 def test_event_decoding_rejects_malformed_lines(line: bytes) -> None:
     """A line that is not an event object is a ValueError."""

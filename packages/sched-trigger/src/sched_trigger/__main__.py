@@ -1,25 +1,27 @@
-"""``sched-trigger SOCKET [PAYLOAD_JSON]``: submit one run and report its result.
+"""``sched-trigger [--timeout D] SOCKET [PAYLOAD_JSON | -]``: submit one run, report its result.
 
 Exit status: 0 the run succeeded, 1 it failed or was rejected, 2 the daemon is
 unreachable or the request could not be sent (or the arguments are wrong), 3
-the connection was lost mid-run, 130 interrupted by Ctrl-C. The lifecycle goes
-to stderr. The argument parsing is by hand: argparse alone would add more
-start-up time than the whole round trip takes.
+the connection was lost mid-run or the timeout passed first, 130 interrupted
+by Ctrl-C. The lifecycle goes to stderr. The argument parsing is by hand:
+argparse alone would add more start-up time than the whole round trip takes.
+
+This module imports nothing at the top but ``sys``: everything else is
+imported inside `main`, under the same Ctrl-C guard as the round trip, so an
+interrupt during start-up exits 130 without a traceback.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ._client import submit
-from ._errors import ConnectionLost, SendFailed, SubmitTimeout, Unreachable
-from ._wire import Event
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["main"]
+    from ._wire import Event
+
+__all__ = ["format_ms", "main", "parse_timeout"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -28,14 +30,46 @@ EXIT_LOST = 3
 EXIT_INTERRUPTED = 130
 
 _USAGE = """\
-usage: sched-trigger SOCKET [PAYLOAD_JSON]
+usage: sched-trigger [--timeout DURATION] SOCKET [PAYLOAD_JSON | -]
 
 Submit one run to the daemon listening on SOCKET and wait for its result.
-PAYLOAD_JSON is the run's arguments as one JSON value (default: {}).
+PAYLOAD_JSON is the run's arguments as one JSON value (default: {}); with -
+the payload is read from standard input, which is the way to pass anything
+large or secret (an argument is visible to every user in /proc/PID/cmdline).
+
+options:
+  --timeout DURATION  give up after this long: seconds (30, 2.5) or a Go
+                      duration (90s, 1m30s, 500ms); the run may still happen
 
 exit status: 0 succeeded, 1 failed or rejected, 2 unreachable or not sent,
-3 connection lost mid-run, 130 interrupted
+3 connection lost mid-run or timed out, 130 interrupted
 """
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_timeout(text: str) -> float:
+    """Parse ``--timeout``: a number of seconds, or a Go duration such as ``1m30s``.
+
+    Raises:
+        ValueError: *text* is neither, or is negative or not finite.
+    """
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = _go_duration(text)
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"invalid timeout {text!r}")
+    return seconds
+
+
+def _go_duration(text: str) -> float:
+    import re  # json has loaded it already by the time a timeout is parsed
+
+    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)", text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        raise ValueError(f"invalid timeout {text!r}: use seconds (30) or a duration (1m30s)")
+    return sum(float(number) * _UNITS[unit] for number, unit in parts)
 
 
 def format_ms(ms: int) -> str:
@@ -61,12 +95,42 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - one exit per status
-    """Run the CLI; returns the exit status (the console script exits with it)."""
-    args = list(sys.argv[1:] if argv is None else argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (the console script exits with it).
+
+    .. versionchanged:: 0.2.0
+       ``-`` reads the payload from standard input; ``--timeout``; a Ctrl-C
+       during start-up exits 130 without a traceback.
+    """
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        _say("interrupted; the connection, if any, was closed")
+        return EXIT_INTERRUPTED
+
+
+def _main(args: list[str]) -> int:  # noqa: PLR0911 - one exit per status
     if args and args[0] in ("-h", "--help"):
         sys.stdout.write(_USAGE)
         return EXIT_OK
+    timeout: float | None = None
+    while args and args[0].startswith("--") and args[0] != "--":
+        option = args.pop(0)
+        name, _, value = option.partition("=")
+        if name != "--timeout":
+            _say(f"unknown option {option}")
+            sys.stderr.write(_USAGE)
+            return EXIT_UNREACHABLE
+        if not value:
+            if not args:
+                _say("--timeout needs a value")
+                return EXIT_UNREACHABLE
+            value = args.pop(0)
+        try:
+            timeout = parse_timeout(value)
+        except ValueError as exc:
+            _say(str(exc))
+            return EXIT_UNREACHABLE
     if args and args[0] == "--":
         args.pop(0)
     if not 1 <= len(args) <= 2:
@@ -77,11 +141,20 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - one exit 
     if len(args) == 2:
         import json
 
+        source, text = (
+            ("standard input", sys.stdin.buffer.read())
+            if args[1] == "-"
+            else ("PAYLOAD_JSON", args[1])
+        )
         try:
-            payload = json.loads(args[1])
+            payload = json.loads(text)
         except ValueError as exc:
-            _say(f"PAYLOAD_JSON is not valid JSON: {exc}")
+            _say(f"{source} is not valid JSON: {exc}")
             return EXIT_UNREACHABLE
+
+    from ._client import submit
+    from ._errors import ConnectionLost, SendFailed, SubmitTimeout, Unreachable
+
     seen_queued = False
 
     def on_event(event: Event) -> None:
@@ -90,18 +163,15 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - one exit 
         _say(event.kind)
 
     try:
-        final = submit(path, payload, on_event)
-    except KeyboardInterrupt:
-        _say("interrupted; the connection was closed")
-        return EXIT_INTERRUPTED
+        final = submit(path, payload, on_event, timeout=timeout)
     except (Unreachable, SendFailed) as exc:
         _say(f"daemon unreachable: {exc}")
         return EXIT_UNREACHABLE
     except ConnectionLost as exc:
         _say(f"connection lost mid-run: {exc}")
         return EXIT_LOST
-    except SubmitTimeout as exc:  # pragma: no cover - the CLI sets no timeout
-        _say(str(exc))
+    except SubmitTimeout as exc:
+        _say(f"{exc}; the run may still happen")
         return EXIT_LOST
     except (TypeError, ValueError) as exc:
         _say(f"cannot send the payload: {exc}")

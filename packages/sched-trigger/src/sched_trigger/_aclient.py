@@ -7,7 +7,7 @@ import errno
 import os
 from collections.abc import Callable
 
-from ._client import _DIAL_SECONDS, LINE_LIMIT, _timeout_seconds
+from ._client import _DIAL_SECONDS, LINE_LIMIT, _timeout_seconds, _unreachable, path_too_long
 from ._durations import Duration
 from ._errors import ConnectionLost, SendFailed, SubmitTimeout, Unreachable
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
@@ -92,6 +92,9 @@ async def _exchange(path: str, data: bytes, on_event: Callable[[Event], object] 
 
 
 async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    problem = path_too_long(path)
+    if problem is not None:
+        raise Unreachable(errno.ENAMETOOLONG, problem, path)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _DIAL_SECONDS
     delay = 0.001
@@ -107,4 +110,4 @@ async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWrite
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
                 continue
-            raise Unreachable(exc.errno, exc.strerror or "cannot connect", path) from exc
+            raise _unreachable(exc, path) from exc

@@ -9,11 +9,20 @@ This module is the client's whole import path, together with ``_wire`` and
 from __future__ import annotations
 
 import errno
+import os
 import socket
+import stat
 import sys
 import time
 
-from ._errors import ConnectionLost, SendFailed, SubmitTimeout, TriggerError, Unreachable
+from ._errors import (
+    ConnectionLost,
+    SendFailed,
+    SubmitCancelled,
+    SubmitTimeout,
+    TriggerError,
+    Unreachable,
+)
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
 
 TYPE_CHECKING = False
@@ -21,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import timedelta
     from os import PathLike
+    from threading import Event as ThreadingEvent
 
     from ._durations import Duration
 
@@ -28,7 +38,12 @@ if TYPE_CHECKING:
     #: wait for room in a full accept backlog.
     DIAL_TIMEOUT: timedelta
 
-__all__ = ["DIAL_TIMEOUT", "submit"]  # DIAL_TIMEOUT comes from __getattr__
+__all__ = [  # DIAL_TIMEOUT comes from __getattr__
+    "DIAL_TIMEOUT",
+    "MAX_PATH_BYTES",
+    "path_too_long",
+    "submit",
+]
 
 # How long `submit` waits to connect, including a wait for room in a full accept
 # backlog. Exported as the timedelta DIAL_TIMEOUT, built on first access so that
@@ -52,10 +67,25 @@ LINE_LIMIT = 1024 * 1024
 _RETRY_CONNECT = (errno.EAGAIN, errno.EWOULDBLOCK)
 
 
+#: The longest socket path the system takes, in bytes (``sun_path`` holds a NUL too).
+MAX_PATH_BYTES = 107 if sys.platform.startswith("linux") else 103
+
+
+def path_too_long(path: str) -> str | None:
+    """What is wrong with *path* if it is longer than a unix socket takes, else None."""
+    size = len(os.fsencode(path))
+    if size <= MAX_PATH_BYTES:
+        return None
+    return f"socket path is {size} bytes, over the {MAX_PATH_BYTES}-byte limit of a unix socket"
+
+
 def _timeout_seconds(timeout: Duration | None) -> float | None:
     if timeout is None:
         return None
-    # Only a caller that passes a timeout pays for the coercion module's imports.
+    finite = isinstance(timeout, int | float) and timeout - timeout == 0
+    if finite and not isinstance(timeout, bool):  # the common case: no import
+        return max(float(timeout), 0.0)  # type: ignore[arg-type]
+    # Only a caller that passes a timedelta (or garbage) pays for the coercion module.
     from ._durations import to_seconds
 
     return max(to_seconds(timeout, name="timeout"), 0.0)
@@ -67,19 +97,25 @@ def _remaining(deadline: float | None) -> float | None:
     return deadline - time.monotonic()
 
 
-def connect(path: str, deadline: float | None) -> socket.socket:
+def connect(path: str, deadline: float | None, stop: ThreadingEvent | None = None) -> socket.socket:
     """Connect to the daemon within `DIAL_TIMEOUT` (and *deadline*), or raise.
 
     The first attempt does not block. If the kernel refuses it with ``EAGAIN``
     (the daemon's accept backlog is full), Linux lets a blocking connect wait
     in the kernel until there is room, bounded by ``SO_SNDTIMEO``: no polling.
-    Elsewhere the connect is retried with short, growing pauses. Either way
-    the wait ends at the bound.
+    Elsewhere, or with a *stop* event to listen to, the connect is retried
+    with short, growing pauses. Either way the wait ends at the bound.
 
     Raises:
-        Unreachable: the connect failed or did not finish in time.
+        Unreachable: the connect failed or did not finish in time; the path
+            is too long, or is not a socket.
         SubmitTimeout: *deadline* passed first.
+        SubmitCancelled: *stop* was set first.
     """
+    problem = path_too_long(path)
+    if problem is not None:
+        raise Unreachable(errno.ENAMETOOLONG, problem, path)
+    kernel_waits = _KERNEL_WAIT and stop is None
     dial_deadline = time.monotonic() + _DIAL_SECONDS
     limit = dial_deadline if deadline is None else min(dial_deadline, deadline)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -102,12 +138,16 @@ def connect(path: str, deadline: float | None) -> socket.socket:
                 continue
             except OSError as exc:
                 if exc.errno not in _RETRY_CONNECT:
-                    raise Unreachable(exc.errno, exc.strerror or "cannot connect", path) from exc
-                if _KERNEL_WAIT and not kernel_wait:
+                    raise _unreachable(exc, path) from exc
+                if kernel_waits and not kernel_wait:
                     kernel_wait = True
                     sock.settimeout(None)
-                elif not _KERNEL_WAIT:
-                    time.sleep(min(delay, budget))
+                elif not kernel_waits:
+                    pause = min(delay, budget)
+                    if stop is not None and stop.wait(pause):
+                        raise SubmitCancelled(f"stopped while connecting to {path}") from None
+                    if stop is None:
+                        time.sleep(pause)
                     delay = min(delay * 2, 0.05)
                 continue
             if kernel_wait:
@@ -116,6 +156,18 @@ def connect(path: str, deadline: float | None) -> socket.socket:
     except BaseException:
         sock.close()
         raise
+
+
+def _unreachable(exc: OSError, path: str) -> Unreachable:
+    """The connect failure, named plainly when the path is not a socket at all."""
+    if exc.errno in (errno.ECONNREFUSED, errno.ENOTSOCK):
+        try:
+            mode = os.stat(path).st_mode  # noqa: PTH116 - pathlib is not on the client path
+        except OSError:
+            mode = 0
+        if mode and not stat.S_ISSOCK(mode):
+            return Unreachable(errno.ENOTSOCK, "exists but is not a socket", path)
+    return Unreachable(exc.errno, exc.strerror or "cannot connect", path)
 
 
 # Linux's blocking unix-socket connect sleeps until the backlog has room, for
@@ -139,14 +191,16 @@ def submit(
     on_event: Callable[[Event], object] | None = None,
     *,
     timeout: Duration | None = None,
+    stop: ThreadingEvent | None = None,
 ) -> Event:
     """Submit one run to the daemon on *socket_path* and wait for its own result.
 
     The payload is sent as one compact JSON line; the call then blocks for the
     whole queue wait and run, relaying ``queued`` and ``started`` to *on_event*
     and returning the final ``done`` event. Event kinds it does not know are
-    ignored. Whatever ends the wait early (a timeout, Ctrl-C, an exception in
-    *on_event*) closes the connection, so the daemon sees the client leave.
+    ignored. Whatever ends the wait early (a timeout, the *stop* event,
+    Ctrl-C, an exception in *on_event*) closes the connection, so the daemon
+    sees the client leave; a run it accepted still happens.
 
     Args:
         socket_path: the daemon's unix socket.
@@ -157,6 +211,9 @@ def submit(
         timeout: bound on the whole exchange (a ``timedelta`` or seconds);
             ``None`` waits as long as the run takes. The connect is bounded by
             `DIAL_TIMEOUT` (5 s) either way.
+        stop: a ``threading.Event`` that ends the wait as soon as it is set
+            (Go binds ``Submit`` to a signal context for this), without
+            polling: a helper thread waits on it.
 
     Returns:
         The ``done`` event: ``ok`` false with the queue's message as ``reason``
@@ -167,34 +224,71 @@ def submit(
         SendFailed: the request could not be sent.
         ConnectionLost: the connection ended, or carried garbage, before ``done``.
         SubmitTimeout: *timeout* elapsed first.
+        SubmitCancelled: *stop* was set first.
         TypeError: the payload is not serializable.
         ValueError: the payload holds NaN or an infinity, or *timeout* is invalid.
+
+    .. versionchanged:: 0.2.0
+       The *stop* parameter; a path that is not a socket, or is too long for
+       one, is reported as such.
     """
     data = encode_payload(payload)
     seconds = _timeout_seconds(timeout)
     deadline = None if seconds is None else time.monotonic() + seconds
     path = str(socket_path) if not isinstance(socket_path, str) else socket_path
-    sock = connect(path, deadline)
+    if stop is not None and stop.is_set():
+        raise SubmitCancelled(f"stopped before connecting to {path}")
+    sock = connect(path, deadline, stop)
+    unsubscribe = None
+    if stop is not None:
+        from ._stopwatch import subscribe
+
+        unsubscribe = subscribe(stop, lambda: _shut(sock))
     try:
-        remaining = _remaining(deadline)
-        try:
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError  # spent by the connect (settimeout refuses a negative)
-            sock.settimeout(remaining)
-            sock.sendall(data)
-        except TimeoutError:
-            raise SubmitTimeout(f"timed out sending the request to {path}") from None
-        except OSError as exc:
-            # The daemon may have answered and hung up mid-send (an oversized
-            # request): its answer is the better report.
-            try:
-                return _read_events(sock, path, deadline, on_event)
-            except TriggerError:
-                pass
-            raise SendFailed(exc.errno, exc.strerror or "cannot send", path) from exc
-        return _read_events(sock, path, deadline, on_event)
+        return _exchange(sock, path, data, deadline, on_event)
+    except (TriggerError, OSError):
+        if stop is not None and stop.is_set():
+            raise SubmitCancelled(f"stopped waiting for the result from {path}") from None
+        raise
     finally:
+        if unsubscribe is not None:
+            unsubscribe()  # before the close: the helper never touches a closed socket
         sock.close()
+
+
+def _shut(sock: socket.socket) -> None:
+    """Wake a thread blocked on *sock* (from the stop helper): it then sees the stop."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        return  # not connected any more: the waiter is waking anyway
+
+
+def _exchange(
+    sock: socket.socket,
+    path: str,
+    data: bytes,
+    deadline: float | None,
+    on_event: Callable[[Event], object] | None,
+) -> Event:
+    """Send the request on the connected *sock* and read the events until ``done``."""
+    remaining = _remaining(deadline)
+    try:
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError  # spent by the connect (settimeout refuses a negative)
+        sock.settimeout(remaining)
+        sock.sendall(data)
+    except TimeoutError:
+        raise SubmitTimeout(f"timed out sending the request to {path}") from None
+    except OSError as exc:
+        # The daemon may have answered and hung up mid-send (an oversized
+        # request): its answer is the better report.
+        try:
+            return _read_events(sock, path, deadline, on_event)
+        except TriggerError:
+            pass
+        raise SendFailed(exc.errno, exc.strerror or "cannot send", path) from exc
+    return _read_events(sock, path, deadline, on_event)
 
 
 def _read_events(

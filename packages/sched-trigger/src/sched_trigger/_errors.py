@@ -22,6 +22,7 @@ __all__ = [
     "QueueClosed",
     "QueueFull",
     "SendFailed",
+    "SubmitCancelled",
     "SubmitTimeout",
     "TriggerError",
     "Unreachable",
@@ -88,6 +89,17 @@ class SubmitTimeout(TriggerError, TimeoutError):
 
     The connection was closed, so the daemon saw the client leave; an accepted
     run still happens.
+    """
+
+
+@final
+class SubmitCancelled(TriggerError):
+    """The client's ``stop`` event was set before the final ``done`` event.
+
+    The connection was closed, so the daemon saw the client leave; an accepted
+    run still happens (Go's ``Submit`` returns the context's error likewise).
+
+    .. versionadded:: 0.2.0
     """
 
 

@@ -1,26 +1,29 @@
-"""The opt-in executor loop: `execute`."""
+"""The opt-in executor loop: `execute`, and the worker thread that runs plain functions."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import TypeVar
 
 from ._errors import QueueClosed
 from ._job import CANCELLED_REASON, Job, Outcome
 from ._queue import Queue
 
-__all__ = ["execute"]
+__all__ = ["Executor", "execute", "in_worker", "run_jobs"]
 
 P = TypeVar("P")
 
 #: What `execute` runs: ``run(stop, trigger, payload) -> Outcome``, plain or ``async``.
 SyncRun = Callable[[threading.Event, str, P], Outcome]
 AsyncRun = Callable[[asyncio.Event, str, P], Awaitable[Outcome]]
+#: A hand-written executor for `run_broker_in_thread`: ``executor(queue, stop)``.
+Executor = Callable[[Queue[P], threading.Event], object]
 
 
 def _panic(exc: BaseException) -> str:
@@ -28,7 +31,7 @@ def _panic(exc: BaseException) -> str:
     return f"panic: {text}" if text else f"panic: {type(exc).__name__}"
 
 
-def _is_async(run: object) -> bool:
+def is_async(run: object) -> bool:
     """Whether *run* is a coroutine function, or an object whose ``__call__`` is one."""
     call = type(run).__call__ if callable(run) else None
     return inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(call)
@@ -45,11 +48,104 @@ def _checked(outcome: object) -> Outcome:
     return outcome
 
 
-def _cancel_all(jobs: list[Job[P]]) -> None:
-    cancelled = Outcome(False, CANCELLED_REASON)
+def _cancel_all(jobs: list[Job[P]], reason: str = CANCELLED_REASON) -> None:
+    cancelled = Outcome(False, reason)
     for job in jobs:
         if not job.done:
-            job.finish(cancelled)
+            with contextlib.suppress(RuntimeError):  # finished meanwhile by its holder
+                job.finish(cancelled)
+
+
+def run_jobs(queue: Queue[P], stop: threading.Event, *, run: SyncRun[P]) -> None:
+    """The executor loop for a plain-function *run*, on the calling (worker) thread.
+
+    Jobs taken once *stop* is set are finished with `CANCELLED_REASON` without
+    starting; a job whose run raises is finished with ``panic: …`` and the
+    exception propagates.
+    """
+    for job in queue:
+        if stop.is_set():
+            job.finish(Outcome(False, CANCELLED_REASON))
+            continue
+        job.start()
+        began = time.monotonic()
+        try:
+            outcome = _checked(run(stop, job.trigger, job.payload))
+        except BaseException as exc:
+            job.finish(Outcome(False, _panic(exc), time.monotonic() - began))
+            raise
+        job.finish(outcome)
+
+
+def _work(queue: Queue[P], executor: Executor[P], stop: threading.Event, *, track: bool) -> None:
+    """Run *executor* to its end, then give every job it left behind exactly one result."""
+    taken = queue._track_taken() if track else []
+    reason = CANCELLED_REASON
+    try:
+        executor(queue, stop)
+    except BaseException as exc:
+        reason = _panic(exc)
+        raise
+    finally:
+        queue.close()
+        _cancel_all(queue._drain())
+        # Jobs the executor took and never finished: a run that raised, or was abandoned.
+        _cancel_all(list(taken), reason)
+
+
+async def in_worker(
+    queue: Queue[P],
+    executor: Executor[P],
+    stop: threading.Event,
+    *,
+    track: bool = False,
+    started: Callable[[threading.Thread], object] | None = None,
+) -> None:
+    """Run *executor* on a worker thread and wait for it, even through a cancellation.
+
+    When it ends, for any reason, the queue is closed and every job still
+    queued (and, with *track*, every job it took and left unfinished) gets its
+    one result. A cancellation sets *stop* and closes the queue, waits for the
+    executor to finish, then propagates.
+
+    Raises:
+        BaseException: whatever the executor raised, or the cancellation.
+    """
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[BaseException | None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if not ended.done():
+            ended.set_result(error)
+
+    def target() -> None:
+        error: BaseException | None = None
+        try:
+            _work(queue, executor, stop, track=track)
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
+            loop.call_soon_threadsafe(settle, error)
+
+    thread = threading.Thread(target=target, name="sched-trigger-run", daemon=True)
+    if started is not None:
+        started(thread)  # before it runs: a run may ask whether it is on this thread
+    thread.start()
+    cancelled = False
+    while not ended.done():
+        try:
+            await asyncio.wait((ended,))
+        except asyncio.CancelledError:
+            cancelled = True
+            stop.set()
+            queue.close()
+    error = ended.result()
+    if error is not None:
+        if cancelled:
+            raise asyncio.CancelledError from error
+        raise error
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def execute(
@@ -63,11 +159,12 @@ async def execute(
     `execute` owns each job's lifecycle: it calls `Job.start`, then
     ``run(stop, trigger, payload)``, then `Job.finish` with the `Outcome`
     *run* returned, so every accepted job gets exactly one result. A plain
-    function *run* executes in a worker thread, with a ``threading.Event``
+    function *run* executes on a worker thread, with a ``threading.Event``
     that mirrors *stop*, so the event loop (and the socket server on it) keeps
-    answering meanwhile; a coroutine function runs on the loop with *stop*
-    itself. Jobs received after *stop* is set are finished with
-    `CANCELLED_REASON` without starting.
+    answering meanwhile; the worker takes the jobs from the queue itself, so a
+    run costs no round trip through the event loop. A coroutine function runs
+    on the loop with *stop* itself. Jobs received after *stop* is set are
+    finished with `CANCELLED_REASON` without starting.
 
     If *run* raises, or `execute` itself is cancelled, the job in flight still
     gets its true result (``panic: …`` for an exception; a worker thread is
@@ -83,21 +180,28 @@ async def execute(
     Raises:
         BaseException: whatever *run* raised (a non-`Outcome` return value is
             a ``TypeError``), or the cancellation.
+
+    .. versionchanged:: 0.2.0
+       A plain function's jobs are taken and run on one worker thread, which
+       makes a sync run's round trip close to an async one's; a raising run
+       no longer leaves a "Future exception was never retrieved" log line.
     """
-    is_async = _is_async(run)
-    thread_stop = threading.Event()
-    mirror: asyncio.Task[bool] | None = None
-    pool: ThreadPoolExecutor | None = None
-    if not is_async:
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sched-trigger-run")
+    if not is_async(run):
+        thread_stop = threading.Event()
+        if stop.is_set():
+            thread_stop.set()
         mirror = asyncio.create_task(stop.wait())
         mirror.add_done_callback(lambda _: thread_stop.set())
+        try:
+            await in_worker(queue, partial(run_jobs, run=run), thread_stop)  # type: ignore[arg-type]
+        finally:
+            mirror.cancel()
+        return
     task = asyncio.current_task()
-    get = queue.get
     try:
         while True:
             try:
-                job = await get()
+                job = await queue.aget()
             except QueueClosed:
                 return  # closed and drained
             if stop.is_set():
@@ -105,26 +209,17 @@ async def execute(
                 continue
             job.start()
             began = time.monotonic()
-            cancelled = False
             try:
-                if is_async:
-                    result = await run(stop, job.trigger, job.payload)  # type: ignore[arg-type,misc]
-                else:
-                    assert pool is not None
-                    future, cancelled = await _in_thread(pool, run, thread_stop, job)  # type: ignore[arg-type]
-                    result = future.result()
-                outcome = _checked(result)
+                outcome = _checked(await run(stop, job.trigger, job.payload))  # type: ignore[arg-type,misc]
             except BaseException as exc:
                 elapsed = time.monotonic() - began
                 if isinstance(exc, asyncio.CancelledError):
                     job.finish(Outcome(False, CANCELLED_REASON, elapsed))
                 else:
                     job.finish(Outcome(False, _panic(exc), elapsed))
-                if cancelled:
-                    raise asyncio.CancelledError from exc
                 raise
             job.finish(outcome)
-            if cancelled or (task is not None and task.cancelling()):
+            if task is not None and task.cancelling():
                 # The run finished after (or swallowed) our cancellation: honour it
                 # now that the job has its true result.
                 raise asyncio.CancelledError
@@ -132,32 +227,3 @@ async def execute(
         queue.close()
         _cancel_all(queue._drain())
         raise
-    finally:
-        if mirror is not None:
-            mirror.cancel()
-        if pool is not None:
-            pool.shutdown(wait=False)
-
-
-async def _in_thread(
-    pool: ThreadPoolExecutor,
-    run: SyncRun[P],
-    thread_stop: threading.Event,
-    job: Job[P],
-) -> tuple[Future[Outcome], bool]:
-    """Run *run* in the worker and wait for it, even through a cancellation.
-
-    Returns:
-        The finished future, and whether the wait was cancelled (the worker was
-        then told to stop through *thread_stop*, and waited for).
-    """
-    future: Future[Outcome] = pool.submit(run, thread_stop, job.trigger, job.payload)
-    waiting = asyncio.wrap_future(future)
-    cancelled = False
-    while not waiting.done():
-        try:
-            await asyncio.wait((waiting,))
-        except asyncio.CancelledError:
-            cancelled = True
-            thread_stop.set()
-    return future, cancelled

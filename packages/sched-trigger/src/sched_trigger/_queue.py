@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar, final
 
+from ._durations import Duration, to_seconds
 from ._errors import QueueClosed, QueueFull
 from ._job import Job, _wake
 
@@ -20,12 +24,14 @@ class Queue(Generic[P]):
     """A bounded FIFO of `Job` objects that never blocks the submitter.
 
     `submit` accepts a job or fails fast, from any thread (a ticker thread as
-    well as the event loop). The receiving side is asynchronous: ``async for
-    job in queue`` (which ends once the queue is closed and drained) or
-    ``await queue.get()``. A receiver that is waiting takes a job directly, as
-    a Go channel hands a value to a blocked receiver; *capacity* jobs more may
-    wait in the buffer. Capacity 0 is therefore a rendezvous: a job is accepted
-    only while the executor is idle and waiting.
+    well as the event loop). The receiving side takes jobs from a plain thread
+    (``for job in queue``, or `get` with a stop event and a timeout) or on an
+    event loop (``async for job in queue``, or ``await queue.aget()``); either
+    iteration ends once the queue is closed and drained. A receiver that is
+    waiting takes a job directly, as a Go channel hands a value to a blocked
+    receiver; *capacity* jobs more may wait in the buffer. Capacity 0 is
+    therefore a rendezvous: a job is accepted only while a receiver is idle
+    and waiting.
 
     Args:
         capacity: how many jobs may wait while the executor is busy.
@@ -33,9 +39,21 @@ class Queue(Generic[P]):
     Raises:
         ValueError: *capacity* is negative.
         TypeError: *capacity* is not an ``int``.
+
+    .. versionchanged:: 0.2.0
+       Readable from plain threads: `get` blocks and ``for job in queue``
+       iterates; the asyncio receiver is now `aget` (it was ``get``).
     """
 
-    __slots__ = ("_capacity", "_closed", "_items", "_lock", "_promised", "_waiters")
+    __slots__ = (
+        "_capacity",
+        "_closed",
+        "_items",
+        "_lock",
+        "_promised",
+        "_taken",
+        "_waiters",
+    )
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int):
@@ -45,11 +63,13 @@ class Queue(Generic[P]):
         self._capacity = capacity
         self._lock = threading.Lock()
         self._items: deque[Job[P]] = deque()
-        # Receivers blocked in get() that no job has been handed to yet.
-        self._waiters: deque[_Waiter] = deque()
+        # Receivers blocked in get() or aget() that no job has been handed to yet.
+        self._waiters: deque[_Waiter | _ThreadWaiter] = deque()
         # Jobs in _items already handed to a woken receiver that has not taken them yet.
         self._promised = 0
         self._closed = False
+        # Jobs a custom executor took and may not have finished (tracked for it only).
+        self._taken: list[Job[P]] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -101,27 +121,126 @@ class Queue(Generic[P]):
         for waiter in waiters:
             waiter.wake()
 
-    def _promise(self) -> _Waiter:
+    def _promise(self) -> _Waiter | _ThreadWaiter:
         """Hand the newest job to the longest-waiting receiver (lock held)."""
         waiter = self._waiters.popleft()
         waiter.promised = True
         self._promised += 1
         return waiter
 
-    async def get(self) -> Job[P]:
-        """Take the oldest job, waiting for one if the queue is empty.
+    def _take(self) -> Job[P]:
+        """Pop the oldest job (lock held)."""
+        job = self._items.popleft()
+        taken = self._taken
+        if taken is not None:
+            taken[:] = [j for j in taken if not j.done]
+            taken.append(job)
+        return job
+
+    def _withdraw(self, waiter: _Waiter | _ThreadWaiter) -> _Waiter | _ThreadWaiter | None:
+        """A receiver gives up waiting (lock held): pass a job meant for it on.
+
+        Returns:
+            The next receiver to wake, if the job was handed on.
+        """
+        if waiter.promised:
+            self._promised -= 1
+            waiter.promised = False
+            if self._waiters:
+                return self._promise()
+        elif waiter in self._waiters:
+            self._waiters.remove(waiter)
+        return None
+
+    def get(
+        self, *, stop: threading.Event | None = None, timeout: Duration | None = None
+    ) -> Job[P] | None:
+        """Take the oldest job, blocking the calling thread until one arrives.
+
+        For an executor running on its own thread. A job already waiting is
+        returned even if *stop* is set.
+
+        Args:
+            stop: return ``None`` as soon as this event is set.
+            timeout: return ``None`` after this long (a ``timedelta`` or
+                seconds); ``None`` waits for ever, 0 does not wait.
+
+        Returns:
+            The next job, in arrival order; ``None`` if *stop* was set or
+            *timeout* passed first.
+
+        Raises:
+            QueueClosed: the queue is closed and drained.
+            RuntimeError: called on a thread running an event loop with a
+                wait that could block it (use `aget` there).
+
+        .. versionchanged:: 0.2.0
+           Blocks the calling thread; it was the asyncio receiver, now `aget`.
+        """
+        seconds = None if timeout is None else max(to_seconds(timeout, name="timeout"), 0.0)
+        if seconds != 0:
+            _refuse_on_a_loop()
+        return self._get(stop, seconds)
+
+    def _get(self, stop: threading.Event | None, seconds: float | None) -> Job[P] | None:
+        deadline = None if seconds is None else time.monotonic() + seconds
+        current: list[_ThreadWaiter] = []
+        unsubscribe: Callable[[], None] | None = None
+        try:
+            while True:
+                with self._lock:
+                    if self._items:
+                        return self._take()
+                    if self._closed:
+                        raise QueueClosed
+                    if seconds == 0 or (stop is not None and stop.is_set()):
+                        return None
+                    waiter = _ThreadWaiter()
+                    self._waiters.append(waiter)
+                    current[:] = [waiter]
+                if stop is not None and unsubscribe is None:
+                    from ._stopwatch import subscribe
+
+                    def wake_current() -> None:
+                        current[0].wake()  # the waiter of this turn of the loop
+
+                    unsubscribe = subscribe(stop, wake_current)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                woken = waiter.wait(remaining)
+                with self._lock:
+                    if waiter.promised:  # a job was handed to us: take it, whatever woke us
+                        waiter.promised = False
+                        self._promised -= 1
+                        if self._items:
+                            return self._take()
+                        continue
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                if not woken:
+                    return None  # the timeout passed
+                # Woken by close() or the stop event: the top of the loop says which.
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+
+    async def aget(self) -> Job[P]:
+        """Take the oldest job, waiting on the event loop if the queue is empty.
 
         Returns:
             The next job, in arrival order.
 
         Raises:
             QueueClosed: the queue is closed and drained.
+
+        .. versionadded:: 0.2.0
+           The asyncio receiver, named ``get`` before `get` became the
+           blocking one.
         """
         loop = asyncio.get_running_loop()
         while True:
             with self._lock:
                 if self._items:
-                    return self._items.popleft()
+                    return self._take()
                 if self._closed:
                     raise QueueClosed
                 waiter = _Waiter(loop)
@@ -129,15 +248,8 @@ class Queue(Generic[P]):
             try:
                 await waiter.future
             except BaseException:
-                handoff = None
                 with self._lock:
-                    if waiter.promised:
-                        # A job was meant for this receiver: pass it on, or leave it buffered.
-                        self._promised -= 1
-                        if self._waiters:
-                            handoff = self._promise()
-                    elif waiter in self._waiters:
-                        self._waiters.remove(waiter)
+                    handoff = self._withdraw(waiter)
                 if handoff is not None:
                     handoff.wake()
                 raise
@@ -145,7 +257,7 @@ class Queue(Generic[P]):
                 if waiter.promised:
                     self._promised -= 1
                 if self._items:
-                    return self._items.popleft()
+                    return self._take()
 
     def _drain(self) -> list[Job[P]]:
         """Remove and return every job no receiver has taken yet."""
@@ -159,9 +271,29 @@ class Queue(Generic[P]):
 
     async def __anext__(self) -> Job[P]:
         try:
-            return await self.get()
+            return await self.aget()
         except QueueClosed:
             raise StopAsyncIteration from None
+
+    def __iter__(self) -> Iterator[Job[P]]:
+        _refuse_on_a_loop()
+        return self._jobs()
+
+    def _jobs(self) -> Iterator[Job[P]]:
+        while True:
+            try:
+                job = self._get(None, None)
+            except QueueClosed:
+                return
+            assert job is not None  # no stop, no timeout
+            yield job
+
+    def _track_taken(self) -> list[Job[P]]:
+        """Remember the jobs receivers take until they are finished (for a custom executor)."""
+        with self._lock:
+            if self._taken is None:
+                self._taken = []
+            return self._taken
 
 
 @final
@@ -177,3 +309,34 @@ class _Waiter:
 
     def wake(self) -> None:
         _wake(self.loop, self.future)
+
+
+@final
+class _ThreadWaiter:
+    """A receiver blocked in `Queue.get`, woken from any thread."""
+
+    __slots__ = ("_lock", "promised")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.promised = False
+
+    def wake(self) -> None:
+        with contextlib.suppress(RuntimeError):  # woken already
+            self._lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until woken; False if *timeout* passed first."""
+        if timeout is None:
+            return self._lock.acquire()
+        return timeout > 0 and self._lock.acquire(timeout=timeout)
+
+
+def _refuse_on_a_loop() -> None:
+    """Refuse a blocking wait on a thread that runs an event loop: it would freeze it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError("Queue.get() blocks the thread; on an event loop use `await queue.aget()`")

@@ -1,15 +1,22 @@
-"""Reading one request: incremental JSON framing and payload conversion.
+"""Reading one request: linear-time JSON framing and Go-style payload conversion.
 
-The server decodes a request as soon as one complete JSON value has arrived, as
-Go's ``json.Decoder`` does: no trailing newline is needed, and whatever follows
-the value is ignored. Bytes that are not UTF-8 become U+FFFD, one per byte, as
-Go's decoder replaces them. ``NaN`` and ``Infinity`` are not JSON and are
-refused, as Go refuses them.
+The server frames a request as soon as one complete JSON value has arrived, as
+Go's ``json.Decoder`` does: no trailing newline is needed, and nothing after
+the value is read. Framing scans each received byte once (a structural scan:
+brackets, braces and string boundaries, with the C regex engine skipping
+everything else), then the value is decoded once. The size cap counts every
+byte from the start of the stream to the end of the value, leading whitespace
+included, as Go's ``io.LimitReader`` does.
+
+Decoding follows Go's ``encoding/json``: bytes that are not UTF-8 become
+U+FFFD, one per byte; a ``\\u`` escape of a lone surrogate becomes U+FFFD;
+``NaN`` and ``Infinity`` are refused, and so is a number too large for a
+float64 (``1e400``); of two keys that name the same field, the last one wins;
+nesting deeper than 10,000 levels is refused.
 """
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import json
 import re
@@ -18,59 +25,112 @@ import typing
 from collections.abc import Callable
 from typing import Any, Union, final
 
-__all__ = ["RequestReader", "Undecodable", "dataclass_decoder"]
+from ._wire import (
+    GO_REPLACE,
+    go_fold,
+    has_surrogate_escape,
+    last_wins,
+    refuse_constant,
+    replace_surrogates,
+)
 
-_HANDLER = "sched_trigger.go_replace"
+__all__ = ["MAX_DEPTH", "RequestReader", "Undecodable", "dataclass_decoder", "decode_value"]
 
+#: Go's ``encoding/json`` refuses values nested deeper than this.
+MAX_DEPTH = 10_000
 
-def _go_replace(error: UnicodeError) -> tuple[str, int]:
-    """One U+FFFD per undecodable byte, as Go's ``utf8.DecodeRune`` walks them."""
-    assert isinstance(error, UnicodeDecodeError)
-    return "\ufffd" * (error.end - error.start), error.end
+_WHITESPACE = b" \t\n\r"
+_CONTAINER_START = frozenset(b"[{")
+_SCALAR_START = frozenset(b"-0123456789tfn")
+# Outside strings only these bytes change the framing state.
+_STRUCTURAL = re.compile(rb'["\[\]{}]')
+# The rest of a string's body: stops at its closing quote, at a backslash the
+# buffer ends on, or at the end of the buffer.
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
+_NUMBER = re.compile(rb"[-+.0-9eE]*")
+_LITERALS = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
 
-
-codecs.register_error(_HANDLER, _go_replace)
-_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
-
-_WHITESPACE = " \t\n\r"
-_VALUE_START = frozenset('{["-0123456789tfn')
-# The last byte of a chunk that may complete a value that is not a bare number.
-_MAY_END = frozenset(b'}]"el')
-# What may still follow a bare number's digits: the rest of the number.
-_NUMBER_TAIL = re.compile(r"(?:\.\d*)?(?:[eE][-+]?\d*)?")
-_LITERAL_PREFIXES = frozenset(
-    p for word in ("true", "false", "null") for p in (word[:i] for i in range(1, len(word)))
-) | {"-"}
+_SCANNING, _IN_STRING, _SCALAR = 0, 1, 2
 
 
 class Undecodable(ValueError):
     """The request is not one JSON value within the size cap, or not a valid payload."""
 
 
-def _refuse_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        # Go's decoder refuses a number its float64 cannot hold.
+        raise ValueError(f"number {text[:32]} out of range")
+    return value
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_DECODER = json.JSONDecoder(
+    parse_constant=refuse_constant, parse_float=_finite_float, object_pairs_hook=last_wins
+)
+
+
+def _replace_surrogates(value: Any) -> Any:
+    """Replace each lone surrogate in *value*'s strings and keys with U+FFFD (no recursion)."""
+    if isinstance(value, str):
+        return replace_surrogates(value)
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        container, key = stack.pop()
+        item = container[key]
+        if isinstance(item, str):
+            container[key] = replace_surrogates(item)
+        elif isinstance(item, list):
+            stack.extend((item, i) for i in range(len(item)))
+        elif isinstance(item, dict):
+            fixed = [(replace_surrogates(k), v) for k, v in item.items()]
+            if any(k != old for (k, _), old in zip(fixed, item, strict=True)):
+                item = last_wins(fixed)
+                container[key] = item
+            stack.extend((item, k) for k in item)
+    return root[0]
+
+
+def decode_value(data: bytes | bytearray) -> Any:
+    """Decode *data*, exactly one JSON value and nothing else, as Go's decoder would.
+
+    Raises:
+        Undecodable: *data* is not one valid JSON value.
+    """
+    text = str(data, "utf-8", GO_REPLACE)
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except json.JSONDecodeError as exc:
+        message = exc.msg.removesuffix(" at")
+        raise Undecodable(f"invalid JSON: {message} at offset {exc.pos}") from None
+    except (ValueError, RecursionError) as exc:
+        raise Undecodable(f"invalid JSON: {exc}") from None
+    if end != len(text):
+        raise Undecodable(f"invalid JSON: unexpected data at offset {end}")
+    if has_surrogate_escape(text):
+        value = _replace_surrogates(value)
+    return value
 
 
 @final
 class RequestReader:
-    """Frame one JSON value out of a byte stream, incrementally.
+    """Frame one JSON value out of a byte stream, looking at each byte once.
 
     Args:
-        max_size: the request's size cap in bytes (the value, not what follows it).
+        max_size: the cap in bytes on the stream up to the end of the value,
+            leading whitespace included.
     """
 
-    __slots__ = ("_attempted", "_decoder", "_max_size", "_parts", "_size", "_started")
+    __slots__ = ("_buf", "_lead", "_max_size", "_open", "_pos", "_state")
 
     def __init__(self, max_size: int) -> None:
         self._max_size = max_size
-        self._decoder: codecs.IncrementalDecoder | None = None
-        self._parts: list[str] = []
-        self._size = 0
-        self._attempted = 0
-        self._started = False
+        self._lead = 0  # whitespace before the value: counted, not kept
+        self._buf = bytearray()  # the value's bytes so far
+        self._pos = 0  # how far into _buf the framing scan got
+        self._open = bytearray()  # the closing byte of each container still open
+        self._state = _SCANNING
 
     def feed(self, data: bytes) -> tuple[bool, Any]:
         """Take the next chunk of the stream.
@@ -82,44 +142,38 @@ class RequestReader:
             Undecodable: the stream cannot start or continue a JSON value, or the
                 value outgrows the size cap.
         """
-        if not self._size and len(data) <= self._max_size and data.endswith(b"\n"):
-            # The common case: the whole request in one chunk, newline-terminated.
-            fast = self._whole(data)
-            if fast is not None:
-                return fast
-        self._size += len(data)
-        if self._decoder is None:
-            self._decoder = _Utf8Decoder(errors=_HANDLER)
-        text = self._decoder.decode(data)
-        self._parts.append(text)
-        if not self._started:
-            stripped = "".join(self._parts).lstrip(_WHITESPACE)
+        buf = self._buf
+        cap = self._max_size
+        if not buf:
+            if not self._lead and len(data) <= cap and data[-1:] == b"\n":
+                whole = _whole(data)  # the common case: the request is one line in one chunk
+                if whole is not None:
+                    return True, whole
+            stripped = data.lstrip(_WHITESPACE)
+            self._lead += len(data) - len(stripped)
             if not stripped:
+                if self._lead > cap:
+                    raise Undecodable("request too large")
                 return False, None
-            if stripped[0] not in _VALUE_START:
+            if self._lead >= cap:
+                raise Undecodable("request too large")
+            data = stripped
+            first = data[0]
+            if first == 0x22:  # '"'
+                self._state, self._pos = _IN_STRING, 1
+            elif first in _SCALAR_START:
+                self._state = _SCALAR
+            elif first not in _CONTAINER_START:
                 raise Undecodable("the request does not start a JSON value")
-            self._started = True
-        if self._size > self._max_size:
-            return self._final(oversized=True)
-        # Parsing is O(size): try when the chunk may end a value (a newline, or a
-        # closing byte), else only each time the request doubled, so a large
-        # request costs O(size) in all, not O(size²).
-        tail = data.rstrip(b" \t\r\n")
-        if b"\n" in data or (tail and tail[-1] in _MAY_END) or self._size >= 2 * self._attempted:
-            self._attempted = self._size
-            return self._attempt(final=False)
+        room = cap - self._lead - len(buf)
+        buf += data[:room] if len(data) > room else data
+        end = self._scan()
+        if end >= 0:
+            return True, decode_value(buf if end == len(buf) else buf[:end])
+        if self._lead + len(buf) >= cap:
+            # The cap is reached: as with Go's io.LimitReader, the stream ends here.
+            return True, self._at_end(oversized=True)
         return False, None
-
-    def _whole(self, data: bytes) -> tuple[bool, Any] | None:
-        """Decode a first chunk that holds a whole line, or None to take the long way."""
-        try:
-            text = data.decode()
-            value, end = _DECODER.raw_decode(text, len(text) - len(text.lstrip(_WHITESPACE)))
-        except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
-            return None
-        if text[end:].lstrip(_WHITESPACE):
-            return None  # something follows the value on the line: the careful path
-        return True, value
 
     def feed_eof(self) -> Any:
         """The stream ended: decode what arrived or fail.
@@ -127,93 +181,106 @@ class RequestReader:
         Raises:
             Undecodable: no complete value arrived.
         """
-        if self._decoder is not None:
-            self._parts.append(self._decoder.decode(b"", True))
-        done, value = self._final(oversized=False)
-        assert done
-        return value
+        return self._at_end(oversized=False)
 
-    def _final(self, *, oversized: bool) -> tuple[bool, Any]:
-        try:
-            done, value, end = self._decode(final=True)
-        except Undecodable:
-            if oversized:
-                raise Undecodable("request too large") from None
-            raise
-        assert done
+    def _at_end(self, *, oversized: bool) -> Any:
+        buf = self._buf
+        if self._state == _SCALAR and buf:
+            # A bare number ends where the stream ends; a cut literal fails here.
+            return decode_value(buf)
         if oversized:
-            used = len("".join(self._parts)[:end].encode("utf-8", "replace"))
-            if used > self._max_size:
-                raise Undecodable("request too large")
-        return True, value
+            raise Undecodable("request too large")
+        if not buf:
+            raise Undecodable("empty request")
+        raise Undecodable("invalid JSON: the request ends before its value does")
 
-    def _attempt(self, *, final: bool) -> tuple[bool, Any]:
-        done, value, _ = self._decode(final=final)
-        return done, value
+    def _scan(self) -> int:
+        """Advance the framing scan over the new bytes; the value's end offset, or -1."""
+        buf = self._buf
+        size = len(buf)
+        pos = self._pos
+        state = self._state
+        if state == _SCALAR:
+            literal = _LITERALS.get(buf[0])
+            if literal is not None:  # complete once its letters are in: decoding checks them
+                if size >= len(literal) or not literal.startswith(buf):
+                    return min(size, len(literal))
+                return -1
+            end = _NUMBER.match(buf, pos).end()  # type: ignore[union-attr]  # * always matches
+            self._pos = end
+            return end if end < size else -1  # a number needs a delimiter (or the end)
+        open_ = self._open
+        while pos < size:
+            if state == _IN_STRING:
+                end = _STRING_BODY.match(buf, pos).end()  # type: ignore[union-attr]
+                if end >= size or buf[end] != 0x22:  # cut inside the string, or its escape
+                    pos = end
+                    break
+                pos = end + 1
+                state = _SCANNING
+                if not open_:
+                    return pos
+                continue
+            found = _STRUCTURAL.search(buf, pos)
+            if found is None:
+                pos = size
+                break
+            pos = found.end()
+            char = buf[pos - 1]
+            if char == 0x22:
+                state = _IN_STRING
+            elif char in _CONTAINER_START:
+                open_.append(char + 2)  # "[" + 2 is "]", "{" + 2 is "}"
+                if len(open_) > MAX_DEPTH:
+                    raise Undecodable("invalid JSON: exceeded max depth")
+            elif open_.pop() != char:
+                raise Undecodable(f"invalid JSON: mismatched {chr(char)!r} at offset {pos - 1}")
+            elif not open_:
+                return pos
+        self._pos, self._state = pos, state
+        return -1
 
-    def _decode(self, *, final: bool) -> tuple[bool, Any, int]:
-        text = "".join(self._parts)
-        if len(self._parts) > 1:
-            self._parts = [text]
-        start = len(text) - len(text.lstrip(_WHITESPACE))
-        if start == len(text):
-            if final:
-                raise Undecodable("empty request")
-            return False, None, 0
-        try:
-            value, end = _DECODER.raw_decode(text, start)
-        except json.JSONDecodeError as exc:
-            if not final and _truncated(text, exc):
-                return False, None, 0
-            raise Undecodable(f"invalid JSON: {exc.msg} at offset {exc.pos}") from None
-        except (ValueError, RecursionError) as exc:
-            raise Undecodable(f"invalid JSON: {exc}") from None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            # A bare number is complete only once a delimiter follows it.
-            rest = text[end:]
-            if _NUMBER_TAIL.fullmatch(rest) and not final:
-                return False, None, 0
-            if rest and rest[0] not in _WHITESPACE:
-                raise Undecodable("invalid JSON: malformed number")
-        return True, value, end
 
-
-def _truncated(text: str, exc: json.JSONDecodeError) -> bool:
-    """Whether *text* failed only because more of a valid value is still to come."""
-    pos = exc.pos
-    if pos >= len(text) or exc.msg.startswith("Unterminated string"):
-        return True
-    rest = text[pos:]
-    if exc.msg == "Expecting value" and rest in _LITERAL_PREFIXES:
-        return True
-    if exc.msg.startswith("Invalid \\uXXXX escape") and len(text) - pos < 6:
-        return True
-    # A number cut after its point or exponent mark: "1." or "1e+".
-    return (
-        pos > 0
-        and text[pos - 1].isdigit()
-        and rest[0] in ".eE"
-        and bool(_NUMBER_TAIL.fullmatch(rest))
-    )
+def _whole(data: bytes) -> Any:
+    """Decode a first chunk that is exactly one value and a newline, or None."""
+    try:
+        text = data.decode()
+        value, end = _DECODER.raw_decode(text, len(text) - len(text.lstrip(" \t\r\n")))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
+        return None
+    if text[end:].strip(" \t\r\n"):
+        return None  # something follows the value: the careful path says what
+    if has_surrogate_escape(text):
+        value = _replace_surrogates(value)
+    return value
 
 
 # --- converting the parsed JSON into the daemon's payload type -------------------------
 
 Converter = Callable[[Any], Any]
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 
 def _identity(value: Any) -> Any:
     return value
 
 
-def _scalar(kind: type, name: str) -> Converter:
+def _scalar(kind: type, name: str, zero: object) -> Converter:
     def convert(value: Any) -> Any:
+        if value is None:
+            return zero  # Go leaves the zero value for a null element
         if isinstance(value, bool) and kind is not bool:
             raise Undecodable(f"expected {name}, got a boolean")
         if kind is float and isinstance(value, int):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise Undecodable("number out of range for a float") from None
         if not isinstance(value, kind):
             raise Undecodable(f"expected {name}, got {type(value).__name__}")
+        if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+            raise Undecodable("number out of range for an int (Go's int64)")
         return value
 
     return convert
@@ -253,13 +320,13 @@ def _converter(annotation: Any) -> Converter:  # noqa: PLR0911
     if annotation is Any or annotation is object:
         return _identity
     if annotation is str:
-        return _scalar(str, "a string")
+        return _scalar(str, "a string", "")
     if annotation is bool:
-        return _scalar(bool, "a boolean")
+        return _scalar(bool, "a boolean", False)
     if annotation is int:
-        return _scalar(int, "an integer")
+        return _scalar(int, "an integer", 0)
     if annotation is float:
-        return _scalar(float, "a number")
+        return _scalar(float, "a number", 0.0)
     if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         return dataclass_decoder(annotation)
     origin = typing.get_origin(annotation)
@@ -276,26 +343,16 @@ def _converter(annotation: Any) -> Converter:  # noqa: PLR0911
     return _identity
 
 
-def _lookup(obj: dict[str, Any], name: str) -> tuple[bool, Any]:
-    """Find a field's key as Go does: exact match first, else case-insensitive."""
-    if name in obj:
-        return True, obj[name]
-    folded = name.casefold()
-    found: tuple[bool, Any] = (False, None)
-    for key, value in obj.items():
-        if key.casefold() == folded:
-            found = (True, value)
-    return found
-
-
 def dataclass_decoder(cls: type[Any]) -> Converter:
-    """Build a converter from parsed JSON to the dataclass *cls*, Go-style.
+    """Build a converter from parsed JSON to the dataclass *cls*, as Go fills a struct.
 
-    Unknown keys are ignored and missing keys (or ``null`` values) take the
-    field's default, as a Go daemon accepts an older or newer client's frame.
-    Field annotations ``str``, ``int``, ``float``, ``bool``, ``list[X]``,
-    ``dict[str, X]``, ``X | None`` and nested dataclasses are checked and
-    converted; others pass the parsed JSON through.
+    Each key names the field with that exact name, else the first field whose
+    name matches it case-insensitively; when two keys name the same field the
+    last one wins. Unknown keys are ignored; a missing key, or ``null``, leaves
+    the field's default, so a Go daemon's older or newer clients keep working.
+    Field annotations ``str``, ``int`` (Go's int64 range), ``float`` (finite),
+    ``bool``, ``list[X]``, ``dict[str, X]``, ``X | None`` and nested
+    dataclasses are checked and converted; others pass the parsed JSON through.
 
     Raises:
         TypeError: *cls* is not a dataclass type.
@@ -306,6 +363,10 @@ def dataclass_decoder(cls: type[Any]) -> Converter:
     fields = [
         (f.name, _converter(hints.get(f.name, Any))) for f in dataclasses.fields(cls) if f.init
     ]
+    exact = {name: (name, field_converter) for name, field_converter in fields}
+    folded: dict[str, tuple[str, Converter]] = {}
+    for name, field_converter in fields:
+        folded.setdefault(go_fold(name), (name, field_converter))
 
     def convert(value: Any) -> Any:
         if value is None:
@@ -313,10 +374,10 @@ def dataclass_decoder(cls: type[Any]) -> Converter:
         if not isinstance(value, dict):
             raise Undecodable(f"expected an object, got {type(value).__name__}")
         kwargs = {}
-        for name, field_converter in fields:
-            present, item = _lookup(value, name)
-            if present and item is not None:
-                kwargs[name] = field_converter(item)
+        for key, item in value.items():
+            field = exact.get(key) or folded.get(go_fold(key))
+            if field is not None and item is not None:
+                kwargs[field[0]] = field[1](item)
         try:
             return cls(**kwargs)
         except TypeError as exc:

@@ -8,11 +8,12 @@ import logging
 import os
 import socket
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, final
 
 from ._durations import Duration, to_seconds
-from ._errors import QueueClosed, QueueFull
+from ._errors import CLOSED_MESSAGE, QueueClosed, QueueFull
 from ._job import TRIGGER_EXTERNAL, Job
 from ._listen import DEFAULT_BACKLOG, unlink_if_ours
 from ._queue import Queue
@@ -30,10 +31,15 @@ _LOGGER = logging.getLogger("sched_trigger")
 _QUEUED = encode_event(EVENT_QUEUED, False)
 _STARTED = encode_event(EVENT_STARTED, False)
 _UNDECODABLE = encode_event(EVENT_DONE, False, UNDECODABLE_REASON)
+_CLOSED = encode_event(EVENT_DONE, False, CLOSED_MESSAGE)
 _DONE_OK = encode_event(EVENT_DONE, True)
 _DONE_FAILED = encode_event(EVENT_DONE, False)
 
 _READING, _WAITING, _FINISHED = 0, 1, 2
+#: How many connections one wake-up of the listening socket accepts at most.
+_ACCEPT_BATCH = 128
+#: How long accepting pauses after it failed (Go's server sleeps one second).
+_ACCEPT_PAUSE = 1.0
 
 
 @final
@@ -41,10 +47,13 @@ class Server(Generic[P]):
     """Accept trigger requests on a listening unix socket and stream their events back.
 
     One request per connection: the server decodes one JSON value as soon as
-    it has arrived (no trailing newline needed) into *payload_type* (a
-    dataclass: unknown fields are ignored, missing ones take their defaults),
-    or through *decode*, or leaves it as the parsed JSON; it submits a `Job`
-    with trigger `TRIGGER_EXTERNAL` to *queue* and answers:
+    it has arrived (no trailing newline needed; reading stops there),
+    as Go's ``encoding/json`` decodes it, into *payload_type* (a dataclass:
+    fields checked by type, keys matched ignoring case with the last of two
+    keys for one field winning, unknown keys ignored, missing keys and
+    ``null`` leaving the default), or through *decode*, or leaves it as the
+    parsed JSON; it submits a `Job` with trigger `TRIGGER_EXTERNAL` to
+    *queue* and answers:
 
     * accepted: ``queued``, then ``started`` when the run begins, then exactly
       one ``done`` carrying ``ok``, ``duration_ms`` and ``reason``;
@@ -55,7 +64,10 @@ class Server(Generic[P]):
 
     Without hooks the server logs ``triggered run queued`` (info) and
     ``trigger request rejected: <reason>`` (warning); it never logs a payload.
-    Hooks run on the event loop and replace those lines.
+    Hooks run on the event loop and replace those lines one hook at a time:
+    *on_accepted* replaces the accepted line, *on_rejected* the queue-full and
+    shutting-down lines. Undecodable requests (there is no payload to hand a
+    hook) are logged whatever hooks are set, without the payload.
 
     Shutdown order: `close` (stop accepting), ``queue.close()``, await the
     executor, then await `wait`.
@@ -107,19 +119,25 @@ class Server(Generic[P]):
         self._max_request_size = max_request_size
         self._backlog = backlog
         self._logger = logger if logger is not None else _LOGGER
-        self._aserver: asyncio.Server | None = None
         self._sock: socket.socket | None = None
         self._socket_file: tuple[str, tuple[int, int]] | None = None
+        self._accepting = False
+        self._accept_timer: asyncio.TimerHandle | None = None
+        # Accepted connections whose transport is still being set up.
+        self._starting_up: set[asyncio.Task[Any]] = set()
         self._active = 0
         # Connections still reading their request, oldest first, with their deadlines:
         # one timer bounds them all. It is left armed when the server goes idle (it
         # then fires once, finds nothing and stops): cheaper than a timer per request.
         self._reading: dict[_Connection, float] = {}
+        # Connections whose job changed on another thread (an executor's worker),
+        # advanced together by one wake-up of the loop.
+        self._changed: deque[_Connection] = deque()
+        self._wake_scheduled = False
         self._read_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
         self._closing = False
-        self._starting = False
         self._closed_event: asyncio.Event | None = None
         self._idle_event: asyncio.Event | None = None
 
@@ -129,12 +147,21 @@ class Server(Generic[P]):
         Returns once the server stops accepting; requests in progress go on
         (see `wait`). If the task running `serve` is cancelled, the server closes.
 
+        When accepting fails (the process is out of file descriptors, say),
+        the server logs ``trigger socket accept failed`` and pauses accepting
+        for one second, as the Go server does: at most one warning a second,
+        and clients wait in the backlog meanwhile instead of being dropped.
+
         Args:
             sock: the listening unix socket; the server owns it from now on
                 (it closes it, and removes its file, on `close`).
 
         Raises:
             RuntimeError: the server is already serving.
+
+        .. versionchanged:: 0.2.0
+           Accept errors pause accepting for a second instead of being
+           retried at once (asyncio) or closing the server (uvloop).
         """
         if self._sock is not None:
             raise RuntimeError("the server is already serving")
@@ -151,19 +178,15 @@ class Server(Generic[P]):
         if self._closing:
             self._close_socket()
             return
-        loop = self._loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
-        self._starting = True
         try:
-            aserver = await loop.create_unix_server(
-                lambda: _Connection(self), sock=sock, backlog=self._backlog
-            )
-        finally:
-            self._starting = False
-        self._aserver = aserver
-        if self._is_closing():  # close() came while the server was starting
+            sock.setblocking(False)
+            sock.listen(self._backlog)
+            self._start_accepting()
+        except BaseException:
             self.close()
-            return
+            raise
         assert self._closed_event is not None
         try:
             await self._closed_event.wait()
@@ -173,13 +196,19 @@ class Server(Generic[P]):
     def close(self) -> None:
         """Stop accepting and remove the socket file; returns at once. Idempotent.
 
-        Call it on the server's event loop thread.
+        A connection still reading its request is answered ``done`` with
+        ``scheduler is shutting down`` and closed at once, so shutdown never
+        waits for a silent client. Call it on the server's event loop thread.
+
+        .. versionchanged:: 0.2.0
+           Connections still reading their request are closed at once.
         """
         self._closing = True
-        if self._aserver is not None:
-            self._aserver.close()
         self._close_socket()
         self._events()[0].set()
+        reading, self._reading = list(self._reading), {}
+        for connection in reading:
+            connection.cut_short()
         if self._active == 0:
             self._idle()
 
@@ -189,26 +218,111 @@ class Server(Generic[P]):
         await closed.wait()
         await idle.wait()
 
+    def _start_accepting(self) -> None:
+        self._accept_timer = None
+        sock, loop = self._sock, self._loop
+        if self._closing or sock is None or loop is None:
+            return
+        loop.add_reader(sock.fileno(), self._accept)
+        self._accepting = True
+
+    def _stop_accepting(self) -> None:
+        if self._accept_timer is not None:
+            self._accept_timer.cancel()
+            self._accept_timer = None
+        if self._accepting and self._sock is not None and self._loop is not None:
+            self._accepting = False
+            self._loop.remove_reader(self._sock.fileno())
+
+    def _accept(self) -> None:
+        """Accept what the backlog holds (a bounded batch per wake-up)."""
+        sock = self._sock
+        assert sock is not None
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if not self._closing:
+                    self._accept_failed(exc)
+                return
+            self._start_connection(conn)
+
+    def _accept_failed(self, error: OSError) -> None:
+        """Log once and pause accepting for a second, as the Go server does."""
+        self._stop_accepting()
+        loop = self._loop
+        assert loop is not None
+        self._logger.warning(
+            "trigger socket accept failed: %s; pausing accepts for 1s",
+            error,
+            extra={"sched_error": str(error)},
+        )
+        self._accept_timer = loop.call_later(_ACCEPT_PAUSE, self._start_accepting)
+
+    def _start_connection(self, conn: socket.socket) -> None:
+        loop = self._loop
+        assert loop is not None
+        connection = _Connection(self)
+        self._active += 1
+        if self._idle_event is not None:
+            self._idle_event.clear()
+        try:
+            task = loop.create_task(loop.connect_accepted_socket(lambda: connection, conn))
+        except BaseException:
+            conn.close()
+            self._released()
+            raise
+        self._starting_up.add(task)
+        task.add_done_callback(lambda done: self._started(done, connection, conn))
+
+    def _started(
+        self, task: asyncio.Task[Any], connection: _Connection, conn: socket.socket
+    ) -> None:
+        self._starting_up.discard(task)
+        failed = task.cancelled() or task.exception() is not None
+        if failed and connection._transport is None:  # never connected: the socket is ours
+            conn.close()
+            self._released()
+
     def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
         if self._closed_event is None or self._idle_event is None:
             self._closed_event = asyncio.Event()
             self._idle_event = asyncio.Event()
         return self._closed_event, self._idle_event
 
-    def _is_closing(self) -> bool:
-        return self._closing
+    def _changed_elsewhere(self, connection: _Connection) -> None:
+        """Called from another thread: advance *connection* on the loop, batched."""
+        self._changed.append(connection)
+        if self._wake_scheduled:
+            return  # a wake-up is on its way: it drains what this added
+        self._wake_scheduled = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop took the connections along
+                loop.call_soon_threadsafe(self._advance_changed)
+
+    def _advance_changed(self) -> None:
+        self._wake_scheduled = False  # first: a change after this schedules a new wake-up
+        changed = self._changed
+        while changed:
+            changed.popleft().catch_up()
 
     def _close_socket(self) -> None:
+        self._stop_accepting()
         if self._socket_file is not None:
             unlink_if_ours(*self._socket_file)
             self._socket_file = None
-        if self._sock is not None and not self._starting:
+        if self._sock is not None:
             self._sock.close()
 
     def _opened(self, connection: _Connection) -> None:
-        self._active += 1
-        if self._idle_event is not None:
-            self._idle_event.clear()
+        if self._closing:
+            connection.cut_short()
+            return
         loop = self._loop
         assert loop is not None
         deadline = loop.time() + self._read_timeout
@@ -272,6 +386,13 @@ class Server(Generic[P]):
                 extra={"sched_trigger": TRIGGER_EXTERNAL, "sched_reason": str(error)},
             )
 
+    def _cut_short(self) -> None:
+        self._logger.warning(
+            "trigger request rejected: %s (the request was still being read)",
+            CLOSED_MESSAGE,
+            extra={"sched_trigger": TRIGGER_EXTERNAL, "sched_reason": CLOSED_MESSAGE},
+        )
+
     def _undecodable(self, error: Exception) -> None:
         self._logger.warning(
             "trigger request rejected: %s (%s)",
@@ -291,6 +412,7 @@ class _Connection(asyncio.Protocol):
     """
 
     __slots__ = (
+        "_advance_pending",
         "_close_pending",
         "_job",
         "_lost",
@@ -313,6 +435,7 @@ class _Connection(asyncio.Protocol):
         self._lost = False
         self._out: list[bytes] = []
         self._close_pending = False
+        self._advance_pending = False
         self._write_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -321,7 +444,14 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._state != _READING:
-            return  # one request per connection: the rest is ignored
+            # One request per connection: nothing after it is read. Bytes that
+            # follow it stop the reading here (at most one read's worth is taken
+            # in); the socket buffer then fills and the client blocks, as with the
+            # Go server. A client that sends just its request costs no extra call.
+            transport = self._transport
+            if transport is not None and transport.is_reading():
+                transport.pause_reading()
+            return
         try:
             done, value = self._reader.feed(data)
         except Undecodable as exc:
@@ -358,6 +488,15 @@ class _Connection(asyncio.Protocol):
         if self._state == _READING:
             self._fail(Undecodable("request read timed out"))
 
+    def cut_short(self) -> None:
+        """The server is closing while this connection still reads its request."""
+        if self._state != _READING:
+            return
+        self._state = _FINISHED
+        self._server._cut_short()
+        self._write(_CLOSED)
+        self._close()
+
     def _fail(self, error: Exception) -> None:
         self._server._read_done(self)
         self._state = _FINISHED
@@ -382,9 +521,13 @@ class _Connection(asyncio.Protocol):
         else:
             payload = value
         job: Job[Any] = Job(TRIGGER_EXTERNAL, payload)
+        # Listen before submitting: an executor on another thread may start (even
+        # finish) the job before this returns; its wake-up runs after the queued line.
+        job._subscribe(self._job_changed)
         try:
             server.queue.submit(job)
         except (QueueFull, QueueClosed) as exc:
+            job._unsubscribe(self._job_changed)
             self._state = _FINISHED
             server._rejected(payload, exc)
             self._write(encode_event(EVENT_DONE, False, str(exc)))
@@ -394,19 +537,28 @@ class _Connection(asyncio.Protocol):
         self._job = job
         server._accepted(payload)
         self._write(_QUEUED)
-        job._subscribe(self._job_changed)
 
     def _job_changed(self) -> None:
         server = self._server
         if threading.get_ident() == server._thread:
             self._advance()
             return
-        loop = server._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop took the connection along
-                loop.call_soon_threadsafe(self._advance)
+        if self._advance_pending:
+            return  # the loop has not run the last wake-up yet: it will see this change too
+        self._advance_pending = True
+        server._changed_elsewhere(self)
+
+    def catch_up(self) -> None:
+        """On the loop, after another thread changed the job: send what it produced.
+
+        What the worker produced is complete for this turn: it is written now
+        rather than one more turn of the loop later.
+        """
+        self._advance()
+        self._flush()
 
     def _advance(self) -> None:
+        self._advance_pending = False
         job = self._job
         if job is None or self._state != _WAITING:
             return

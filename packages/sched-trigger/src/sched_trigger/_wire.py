@@ -11,12 +11,18 @@ non-ASCII character as raw UTF-8. A lone surrogate, which has no UTF-8 form (it
 stands for an undecodable byte), is written as ``\\ufffd``, as Go writes each
 invalid UTF-8 byte.
 
-This module is on the client's import path: it imports only ``json`` and ``re``
-(which ``json`` loads anyway).
+Lines are decoded as Go's ``encoding/json`` decodes them (helpers the server's
+request decoding shares): invalid UTF-8 becomes U+FFFD, one per byte, and so
+does a ``\\u`` escape of a lone surrogate; of two keys naming one field, the
+last one wins, matched with Go's case folding.
+
+This module is on the client's import path: it imports only ``codecs`` (loaded
+at interpreter start-up), ``json`` and ``re`` (which ``json`` loads anyway).
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from json.encoder import encode_basestring as _quote
@@ -32,10 +38,16 @@ __all__ = [
     "EVENT_DONE",
     "EVENT_QUEUED",
     "EVENT_STARTED",
+    "GO_REPLACE",
     "Event",
     "encode_event",
     "encode_payload",
+    "go_fold",
     "go_quote",
+    "has_surrogate_escape",
+    "last_wins",
+    "refuse_constant",
+    "replace_surrogates",
 ]
 
 #: The request was accepted and waits in the queue.
@@ -86,19 +98,86 @@ def go_quote(value: str) -> str:
     return _go_fix(_quote(value))
 
 
-def _field(obj: dict[str, Any], name: str, zero: object) -> Any:
-    """Look *name* up the way Go's decoder matches a struct field.
+# --- decoding as Go's encoding/json does ----------------------------------------------
 
-    An exact key wins, else the last case-insensitive match; ``null`` leaves the
-    zero value.
+#: The codecs error handler that decodes as Go does: one U+FFFD per invalid byte.
+GO_REPLACE = "sched_trigger.go_replace"
+
+
+def _go_replace(error: UnicodeError) -> tuple[str, int]:
+    """One U+FFFD per undecodable byte, as Go's ``utf8.DecodeRune`` walks them."""
+    assert isinstance(error, UnicodeDecodeError)
+    return "\ufffd" * (error.end - error.start), error.end
+
+
+codecs.register_error(GO_REPLACE, _go_replace)
+
+# Compiled on first use, like _go_special.
+_surrogate_escape: re.Pattern[str] | None = None
+_surrogate: re.Pattern[str] | None = None
+
+
+def has_surrogate_escape(text: str) -> bool:
+    """Whether JSON *text* holds a ``\\u`` escape of a UTF-16 surrogate (its only spelling)."""
+    global _surrogate_escape
+    if "\\u" not in text:
+        return False
+    if _surrogate_escape is None:
+        _surrogate_escape = re.compile(r"\\u[dD][89a-fA-F]")
+    return _surrogate_escape.search(text) is not None
+
+
+def replace_surrogates(text: str) -> str:
+    """Replace each lone surrogate in *text* with U+FFFD, as Go decodes a ``\\u`` escape of one."""
+    global _surrogate
+    if _surrogate is None:
+        _surrogate = re.compile("[\ud800-\udfff]")
+    return _surrogate.sub("\ufffd", text)
+
+
+def go_fold(name: str) -> str:
+    """Fold *name* for Go's case-insensitive key match (per-character simple folding).
+
+    Go matches a key to a field with ``bytes.EqualFold``: per character, simple
+    case folding, so ``ß`` matches ``ẞ`` but not ``ss``, and the Kelvin sign
+    matches ``k``.
     """
-    value = obj.get(name)
-    if value is None and name not in obj:
-        folded = name.casefold()
-        for key, candidate in obj.items():
-            if key.casefold() == folded:
-                value = candidate
-    return zero if value is None else value
+    if name.isascii():
+        return name.lower()
+    out = []
+    for char in name:
+        upper = char.upper()
+        if len(upper) == 1:
+            lower = upper.lower()
+            out.append(lower if len(lower) == 1 else upper)
+        else:
+            lower = char.lower()
+            out.append(lower if len(lower) == 1 else char)
+    return "".join(out)
+
+
+def last_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose repeated keys keep their last value, ordered by last occurrence.
+
+    Go assigns an object's members in order, so the last of two keys naming the
+    same field wins; ordering by last occurrence lets a field lookup see that.
+    """
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        obj = {}
+        for key, value in pairs:
+            obj.pop(key, None)
+            obj[key] = value
+    return obj
+
+
+def refuse_constant(name: str) -> object:
+    """``parse_constant`` for ``json``: ``NaN`` and ``Infinity`` are not JSON (Go refuses them)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+_EVENT_FIELDS = {"event": 0, "reason": 1, "duration_ms": 2, "ok": 3}
+_INT64_MAX = 2**63 - 1
 
 
 def _default(value: object) -> object:
@@ -234,24 +313,38 @@ class Event:
             The event; unknown keys are ignored.
 
         Raises:
-            ValueError: the line is not a JSON object with fields of the right types.
+            ValueError: the line is not a JSON object with fields of the right
+                types (Go's int64 for ``duration_ms``), or nests past the parser's depth.
+
+        .. versionchanged:: 0.2.0
+           Decoded as Go's ``encoding/json``: the last of two keys naming one
+           field wins, invalid UTF-8 and lone surrogate escapes become U+FFFD;
+           a nested line is a ``ValueError``, not a ``RecursionError``.
         """
+        text = line if isinstance(line, str) else str(line, "utf-8", GO_REPLACE)
         try:
-            obj: Any = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
+            obj: Any = json.loads(text, object_pairs_hook=last_wins, parse_constant=refuse_constant)
+        except (ValueError, RecursionError) as exc:  # a line nested past the parser's depth
             raise ValueError(f"malformed event line: {exc}") from None
         if not isinstance(obj, dict):
             raise ValueError("malformed event line: not a JSON object")
-        kind = _field(obj, "event", "")
-        reason = _field(obj, "reason", "")
-        duration_ms = _field(obj, "duration_ms", 0)
-        ok = _field(obj, "ok", False)
+        fields: list[Any] = ["", "", 0, False]
+        for key, value in obj.items():
+            index = _EVENT_FIELDS.get(key)
+            if index is None:
+                index = _EVENT_FIELDS.get(go_fold(key))
+            if index is not None and value is not None:  # null leaves the zero value
+                fields[index] = value
+        kind, reason, duration_ms, ok = fields
         if (
             not isinstance(kind, str)
             or not isinstance(reason, str)
             or not isinstance(duration_ms, int)
             or isinstance(duration_ms, bool)
+            or not -_INT64_MAX - 1 <= duration_ms <= _INT64_MAX
             or not isinstance(ok, bool)
         ):
             raise ValueError("malformed event line: a field has the wrong type")
+        if has_surrogate_escape(text):
+            kind, reason = replace_surrogates(kind), replace_surrogates(reason)
         return cls(kind, reason, duration_ms, ok)
