@@ -30,7 +30,6 @@ import asyncio
 import collections
 import contextlib
 import json
-import os
 import shutil
 import socket
 import statistics
@@ -42,6 +41,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from _common import Report, count, divide, plural, ratio, seconds
 
 SERVERS = (
     "sched-trigger",
@@ -390,113 +391,145 @@ def report(
     throughput: dict[tuple[str, str, int], tuple[float, float, float]],
     loops: list[str],
     cli: dict[str, float],
-    command: str,
+    options: list[str],
     hostile: dict[str, tuple[float, float]],
-) -> str:
-    out = [
-        "# sched-trigger benchmarks",
-        "",
-        f"`{command}` on Python {sys.version.split()[0]}, {os.cpu_count()} cores. "
-        "Medians over rounds; ratios are what carry over between machines.",
-        "",
-        "## Round trips (one connection per request, no-op job)",
-        "",
-        "Ratio = sched-trigger's throughput over the floor's, on the same loop "
-        "(target: at least 0.8 against the asyncio floors).",
-    ]
+) -> Report:
+    """The tables, through bench/_common.py's one report shape."""
+    out = Report(
+        "sched-trigger",
+        __file__,
+        options,
+        "Medians over rounds, the servers alternating within each round. Round trips: one "
+        "connection per request, no-op job, one client process on uvloop loading every "
+        "server. A ratio is time per round trip over the baseline's (the baseline's "
+        "throughput over the row's).",
+    )
+    base = "floor: asyncio streams"
     for loop in loops:
-        out += [
-            "",
-            f"### Daemon on {loop}",
-            "",
-            "| server | clients | round trips/s | p50 ms | p99 ms | sched-trigger ratio |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
+        out.section(f"Round trips, daemon on {loop}")
+        out.text(
+            f"The baseline of each client count is the {base} server on the same loop "
+            "(target for sched-trigger with an async run: at most 1.25x, i.e. at least "
+            "0.8 of its throughput)."
+        )
+        rows = []
         for clients in CONCURRENCY:
-            ours = throughput[(loop, "sched-trigger", clients)][0]
-            for kind in SERVERS:
+            floor = throughput[(loop, base, clients)][0]
+            for kind in [base, *(k for k in SERVERS if k != base)]:
                 rps, p50, p99 = throughput[(loop, kind, clients)]
-                ratio = "" if not kind.startswith("floor: ") else f"{ours / rps:.2f}x"
-                out.append(f"| {kind} | {clients} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ratio} |")
-    out += [
-        "",
-        "## A sync run against an async run",
-        "",
-        "The same daemon with a plain-function no-op run (executed on the worker "
-        "thread) and with a coroutine no-op run (on the loop), same run. Ratio = "
-        "the sync run's mean round trip over the async run's (the async run's "
-        f"throughput over the sync run's); target: at most {SYNC_TARGET}x. The hop "
-        "floor is the same ratio for the hand-written one-write server with and "
-        "without one thread hop per request: what moving any job off the loop "
-        "costs on this machine.",
-        "",
-        "| loop | clients | async run/s | sync run/s | async p50 ms | sync p50 ms "
-        "| ratio | hop floor |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    missed = []
+                rows.append(
+                    [
+                        kind,
+                        count(clients),
+                        f"{count(rps)}/s",
+                        seconds(p50 / 1e3),
+                        seconds(p99 / 1e3),
+                        ratio(divide(floor, rps)),
+                    ]
+                )
+        out.table(["variant", "clients", "round trips", "p50", "p99", "ratio to baseline"], rows)
+    ours = throughput[("asyncio", "sched-trigger", 1)][0]
+    floor = throughput[("asyncio", base, 1)][0]
+    out.summary(
+        "round-trip", seconds(1 / ours), seconds(1 / floor), floor / ours, floor / ours <= 1.25
+    )
+
+    out.section("A sync run against an async run")
+    out.text(
+        "The same daemon with a plain-function no-op run (executed on the worker thread) "
+        "and with a coroutine no-op run (on the loop), same run. Ratio = the sync run's "
+        "round trip over the async run's (the async run's throughput over the sync run's). "
+        "The hop floor is the same ratio for the hand-written one-write server with and "
+        "without one thread hop per request: what moving any job off the loop costs on "
+        "this machine."
+    )
+    rows, missed, worst = [], [], (0.0, 0.0, 0.0)
     for loop in loops:
         for clients in CONCURRENCY:
             arps, ap50, _ = throughput[(loop, "sched-trigger", clients)]
             srps, sp50, _ = throughput[(loop, "sched-trigger, sync run", clients)]
-            floor = throughput[(loop, "floor: protocol, one write", clients)][0]
+            one_write = throughput[(loop, "floor: protocol, one write", clients)][0]
             hop = throughput[(loop, "floor: one write, thread hop", clients)][0]
-            out.append(
-                f"| {loop} | {clients} | {arps:,.0f} | {srps:,.0f} | {ap50:.2f} | {sp50:.2f} "
-                f"| **{arps / srps:.2f}x** | {floor / hop:.2f}x |"
+            rows.append(
+                [
+                    loop,
+                    count(clients),
+                    f"{count(arps)}/s",
+                    f"{count(srps)}/s",
+                    seconds(ap50 / 1e3),
+                    seconds(sp50 / 1e3),
+                    f"**{ratio(arps / srps)}**",
+                    ratio(one_write / hop),
+                ]
             )
+            if arps / srps > worst[0]:
+                worst = (arps / srps, srps, arps)
             if round(arps / srps, 2) > SYNC_TARGET:
-                missed.append(f"{loop} at {clients} (hop floor {floor / hop:.2f}x)")
-    out.append("")
+                missed.append(
+                    f"{loop} at {plural(clients, 'client')} (hop floor {ratio(one_write / hop)})"
+                )
+    header = ["loop", "clients", "async run", "sync run", "async p50", "sync p50", "ratio"]
+    out.table([*header, "hop floor"], rows)
+    out.target("a sync run", f"≤ {SYNC_TARGET:.2f}x at every row", not missed)
     if missed:
-        out.append(
-            f"Target not met in this run: {', '.join(missed)}. The sync run pays at "
-            "least the hop floor (the worker thread's wake-up and one call back into "
-            "the loop, with the GIL handed over both ways); under concurrent clients "
-            "the loop thread also holds the GIL longer before the worker gets it, so "
-            "the gap over the floor grows with the loop's own work per request."
+        out.text(
+            f"Missed in this run: {', '.join(missed)}. The sync run pays at least the hop "
+            "floor (the worker thread's wake-up and one call back into the loop, with the "
+            "GIL handed over both ways); under concurrent clients the loop thread also holds "
+            "the GIL longer before the worker gets it, so the gap over the floor grows with "
+            "the loop's own work per request."
         )
-    else:
-        out.append(f"Target met at every row: at most {SYNC_TARGET}x.")
+    value, sync_rps, async_rps = worst
+    out.summary(
+        "sync-async",
+        seconds(1 / sync_rps),
+        seconds(1 / async_rps),
+        value,
+        round(value, 2) <= SYNC_TARGET,
+    )
     if "uvloop" in loops:
-        out += ["", "sched-trigger on uvloop over sched-trigger on asyncio:", ""]
-        for c in CONCURRENCY:
-            gain = (
+        gains = [
+            f"{plural(c, 'client')}: "
+            + ratio(
                 throughput[("uvloop", "sched-trigger", c)][0]
                 / throughput[("asyncio", "sched-trigger", c)][0]
             )
-            out.append(f"- {c} client{'' if c == 1 else 's'}: {gain:.2f}x")
-    out += [
-        "",
-        "## Beside a hostile connection",
-        "",
-        "One client's round trips per second with a no-op async run, alone and while "
-        "another connection dribbles a 3.8 MB request 64 bytes at a time through the "
-        "smallest send buffer (every piece ends a line and a string). Framing looks at "
-        "each byte once, so the dribbler costs the good client a share of one core, not "
-        "the whole daemon.",
-        "",
-        "| loop | alone/s | beside the dribbler/s | ratio |",
-        "|---|---:|---:|---:|",
-        *(
-            f"| {loop} | {alone:,.0f} | {beside:,.0f} | {beside / alone:.2f}x |"
+            for c in CONCURRENCY
+        ]
+        out.text(
+            "sched-trigger on uvloop over sched-trigger on asyncio, as throughput: "
+            + "; ".join(gains)
+            + "."
+        )
+
+    out.section("Beside a hostile connection")
+    out.text(
+        "One client's round trips per second with a no-op async run, alone (the baseline) "
+        "and while another connection dribbles a 3.8 MB request 64 bytes at a time through "
+        "the smallest send buffer (every piece ends a line and a string). Framing looks at "
+        "each byte once, so the dribbler costs the good client a share of one core, not the "
+        "whole daemon."
+    )
+    out.table(
+        ["loop", "alone", "beside the dribbler", "ratio to baseline"],
+        [
+            [loop, f"{count(alone)}/s", f"{count(beside)}/s", ratio(alone / beside)]
             for loop, (alone, beside) in hostile.items()
-        ),
-    ]
-    ours, floor = cli["sched-trigger CLI"], cli["minimal socket+json client"]
-    out += [
-        "",
-        "## One CLI run against an idle daemon (wall time, fresh process)",
-        "",
-        "| client | ms |",
-        "|---|---:|",
-        *(f"| {name} | {ms:.1f} |" for name, ms in cli.items()),
-        "",
-        f"sched-trigger CLI over the minimal client: **{ours / floor:.2f}x** "
-        "(target: within 1.15x).",
-        "",
-    ]
-    return "\n".join(out)
+        ],
+    )
+
+    cli_ms, floor_ms = cli["sched-trigger CLI"], cli["minimal socket+json client"]
+    out.section("One CLI run against an idle daemon")
+    out.text("Wall time of a fresh process; the baseline is the minimal socket+json client.")
+    out.comparison(
+        {name: ms / 1e3 for name, ms in cli.items()},
+        "minimal socket+json client",
+        figure="wall time",
+    )
+    met = cli_ms / floor_ms <= 1.15
+    out.target("the sched-trigger CLI", "≤ 1.15x", met)
+    out.summary("cli", seconds(cli_ms / 1e3), seconds(floor_ms / 1e3), cli_ms / floor_ms, met)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -521,12 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     throughput = measure_throughput(loops, rounds, seconds)
     hostile = {loop: measure_hostile(loop, rounds, seconds) for loop in loops}
     cli = measure_cli(runs)
-    command = "python bench/bench_sched_trigger.py" + (" --quick" if args.quick else "")
-    text = report(throughput, loops, cli, command, hostile)
-    print(text)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text)
+    options = ["--quick"] if args.quick else []
+    report(throughput, loops, cli, options, hostile).write(args.output)
     return 0
 
 

@@ -24,7 +24,7 @@ TABLES = ROOT / "docs" / "performance"
 COMMON: dict[str, Any] = runpy.run_path(str(ROOT / "bench" / "_common.py"))
 #: Scripts still writing their tables their own way (another branch is
 #: changing them); each adopts bench/_common.py's Report, then leaves this set.
-NOT_YET_ADOPTED = {"sched_trigger"}
+NOT_YET_ADOPTED: set[str] = set()
 REPORTS = sorted(
     path
     for path in TABLES.glob("*.md")
