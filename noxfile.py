@@ -336,7 +336,8 @@ def build(session: nox.Session) -> None:
     import. Each wheel then goes into a fresh venv with only the sibling
     wheels it declares, from the local wheelhouse; the import must resolve to
     site-packages, the public API must import, and the package's own test
-    suite runs against the installed wheel from a copy outside the tree.
+    suite (the slow suites aside) runs against the installed wheel from a
+    copy outside the tree.
     """
     session.install("twine", "uv")
     shutil.rmtree(WHEELHOUSE, ignore_errors=True)
@@ -377,7 +378,10 @@ def _test_wheel(session: nox.Session, name: str) -> None:
         )
         session.run(python, "-I", "-c", check, external=True)
         with session.chdir(work):
-            session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "tests", external=True)
+            session.run(
+                python, "-m", "pytest", "-p", "no:cacheprovider", "-m", "not slow", "tests",
+                external=True,
+            )  # fmt: skip
 
 
 def _requirements_file(path: Path) -> list[str]:

@@ -32,7 +32,10 @@ from sched_exclusive import ExclusiveError, Outcome, _coalesce, _exclusive, _fil
 #: A session an interrupt dropped before anyone owned it (as ``take()`` returned)
 #: holds no lock; psycopg warns when it is collected, whenever the cycle of the
 #: traceback that kept it is. A lock never outlives the call: that is asserted.
+#: Slow (a call per interrupt point, hundreds per test): the suite runs once per
+#: CI run, on the Python the single sessions use, and in ``nox -s postgres``.
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]

@@ -284,7 +284,7 @@ class Server(Generic[P]):
     ) -> None:
         self._starting_up.discard(task)
         failed = task.cancelled() or task.exception() is not None
-        if failed and connection._transport is None:  # never connected: the socket is ours
+        if failed and not connection.connected:  # never connected: the socket is ours
             conn.close()
             self._released()
 
@@ -437,6 +437,11 @@ class _Connection(asyncio.Protocol):
         self._close_pending = False
         self._advance_pending = False
         self._write_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def connected(self) -> bool:
+        """Whether the loop has handed this protocol its transport."""
+        return self._transport is not None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # a unix stream transport
