@@ -291,7 +291,7 @@ def test_the_loop_ticks_while_a_statement_is_stalled(pg: PgWorld) -> None:
         started = time.monotonic()
         error: BaseException | None = None
         try:
-            await ex.arun(lambda: asyncio.sleep(0))
+            await ex.arun(nothing)
         except CoordinationError as exc:
             error = exc
         took = time.monotonic() - started
@@ -325,7 +325,7 @@ def test_the_gate_is_asked_on_the_loop_thread(pg: PgWorld) -> None:
         return True
 
     async def main() -> Outcome:
-        return await pg.exclusive(gate=gate).arun(lambda: asyncio.sleep(0))
+        return await pg.exclusive(gate=gate).arun(nothing)
 
     assert Outcome.RAN == asyncio.run(main(), debug=True)
     assert [threading.get_ident()] == threads
@@ -412,6 +412,10 @@ def test_a_postgres_exclusive_has_no_directory() -> None:
     for attribute in ("dir", "lock_path", "queue_path"):
         with pytest.raises(AttributeError, match="coordinates through PostgreSQL"):
             getattr(ex, attribute)
+
+
+async def nothing() -> None:
+    """A no-op async job."""
 
 
 FORKING = """
@@ -776,7 +780,7 @@ async def two_calls_on_one_thread(pg: PgWorld) -> None:
             row_lock.execute(
                 "SELECT queued FROM sched_exclusive WHERE name = %s FOR UPDATE", (pg.name,)
             )
-            second = asyncio.create_task(ex.arun(lambda: asyncio.sleep(0)))
+            second = asyncio.create_task(ex.arun(nothing))
             waiting = None
             deadline = time.monotonic() + DEADLINE
             while waiting is None and time.monotonic() < deadline:

@@ -284,8 +284,9 @@ os.close(fd)
         deadline = time.monotonic() + 30
         while proc_locks_waiters(slot_path) == 0:  # the kernel's record that we wait
             assert time.monotonic() < deadline, "mutate never waited on the lock"
-            # sleep-ok: the kernel offers no event for "a flock waiter appeared";
-            # this polls that kernel state, with a generous deadline
+            # The kernel offers no event for "a flock waiter appeared": this polls
+            # that kernel state, with a generous deadline.
+            # sleep-ok: polls kernel state that has no event
             time.sleep(0.001)
         assert [] == seen
     finally:

@@ -104,6 +104,7 @@ def test_cancellation_reaches_the_job_and_propagates() -> None:
     async def main() -> None:
         task = asyncio.create_task(arun_loop(job, 3600, fire_on_start=True))
         while not seen:
+            # sleep-ok: a zero-length yield to the loop until the job records its step
             await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -124,8 +125,10 @@ def test_cancellation_during_the_wait_ends_the_loop_at_once() -> None:
     async def main() -> float:
         task = asyncio.create_task(arun_loop(job, 3600, fire_on_start=True))
         while not runs:
+            # sleep-ok: a zero-length yield to the loop until the job records its step
             await asyncio.sleep(0)
-        await asyncio.sleep(0)  # let the loop enter its one-hour wait
+        # sleep-ok: a zero-length yield: let the loop enter its one-hour wait
+        await asyncio.sleep(0)
         started = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -152,6 +155,7 @@ def test_graceful_stop_in_real_time_drains_the_run() -> None:
 
         task = asyncio.create_task(arun_loop(job, 0.01, fire_on_start=True, stop=stop))
         while not events:
+            # sleep-ok: a zero-length yield to the loop until the job records its step
             await asyncio.sleep(0)
         stop.set()
         release.set()
@@ -230,6 +234,7 @@ def test_stop_during_the_wait_returns_without_a_run() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(arun_loop(job, 3600, fire_on_start=True, stop=stop))
         while not runs:
+            # sleep-ok: a zero-length yield to the loop until the job records its step
             await asyncio.sleep(0)
         stop.set()
         await asyncio.wait_for(task, 30)

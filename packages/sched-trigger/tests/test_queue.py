@@ -160,6 +160,22 @@ def test_a_cancelled_receiver_never_loses_a_handed_job() -> None:
     run_async(scenario())
 
 
+def submit_to_both(
+    queue: Queue[int], model: list[int], n: int, *, capacity: int, closed: bool
+) -> None:
+    """Submit job ``n`` to the queue and to the FIFO model: refused once closed
+    (QueueClosed) or at capacity (QueueFull), else queued in both."""
+    if closed:
+        with pytest.raises(QueueClosed):
+            queue.submit(job(n))
+    elif len(model) >= capacity:
+        with pytest.raises(QueueFull):
+            queue.submit(job(n))
+    else:
+        queue.submit(job(n))
+        model.append(n)
+
+
 @given(
     capacity=st.integers(0, 4),
     ops=st.lists(st.sampled_from(["submit", "get", "close"]), max_size=30),
@@ -175,15 +191,7 @@ def test_queue_matches_a_fifo_model(capacity: int, ops: list[str]) -> None:
         for op in ops:
             if op == "submit":
                 n += 1
-                if closed:
-                    with pytest.raises(QueueClosed):
-                        queue.submit(job(n))
-                elif len(model) >= capacity:
-                    with pytest.raises(QueueFull):
-                        queue.submit(job(n))
-                else:
-                    queue.submit(job(n))
-                    model.append(n)
+                submit_to_both(queue, model, n, capacity=capacity, closed=closed)
             elif op == "get":
                 if model:
                     assert model.pop(0) == (await queue.aget()).payload
@@ -360,15 +368,7 @@ def test_the_blocking_consumer_matches_a_fifo_model(capacity: int, ops: list[str
     closed = False
     for n, op in enumerate(ops):
         if op == "submit":
-            if closed:
-                with pytest.raises(QueueClosed):
-                    queue.submit(job(n))
-            elif len(model) >= capacity:
-                with pytest.raises(QueueFull):
-                    queue.submit(job(n))
-            else:
-                queue.submit(job(n))
-                model.append(n)
+            submit_to_both(queue, model, n, capacity=capacity, closed=closed)
         elif op == "get":
             if model:
                 got = queue.get(timeout=0)
