@@ -265,6 +265,7 @@ class Stall:  # a slow disk, at the worst moment: inside one of the CLI's import
     def find_spec(self, name, path=None, target=None):
         if name == STALL_ON:
             print("stalled", flush=True)
+            # sleep-ok: the import hook stalls start-up until the test interrupts it
             time.sleep(60)
         return None
 

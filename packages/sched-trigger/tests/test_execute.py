@@ -29,6 +29,7 @@ def test_runs_in_arrival_order_one_at_a_time_then_returns_when_drained() -> None
         running += 1
         assert 1 == running
         order.append(payload)
+        # sleep-ok: the job suspends once, as a real one does
         await asyncio.sleep(0)
         running -= 1
         return Outcome(payload % 2 == 0, f"n={payload}")
@@ -159,6 +160,7 @@ def test_cancelling_execute_with_a_coroutine_run() -> None:
 
     async def run(stop: asyncio.Event, trigger: str, payload: int) -> Outcome:
         started.set()
+        # sleep-ok: a run that never ends on its own; the test cancels it
         await asyncio.sleep(3600)
         return Outcome(True)  # pragma: no cover
 
@@ -186,6 +188,7 @@ def test_cancelling_an_idle_executor_closes_the_queue() -> None:
         executor = asyncio.create_task(
             execute(queue, lambda s, t, p: Outcome(True), stop=asyncio.Event())
         )
+        # sleep-ok: one zero-length yield: the executor task reaches its first await
         await asyncio.sleep(0)
         executor.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -233,6 +236,7 @@ def test_a_raising_sync_run_leaves_no_asyncio_noise(caplog: pytest.LogCaptureFix
         with pytest.raises(ValueError, match="boom"):
             await asyncio.wait_for(execute(queue, run, stop=asyncio.Event()), DEADLINE)
         gc.collect()
+        # sleep-ok: one zero-length yield: callbacks the collection scheduled run
         await asyncio.sleep(0)
 
     caplog.set_level(logging.ERROR, logger="asyncio")

@@ -212,6 +212,7 @@ EMFILE_DAEMON = textwrap.dedent(
         executor = asyncio.create_task(execute(queue, run, stop=stop))
         server = Server(queue, read_timeout=600)
         serving = asyncio.create_task(server.serve(listen(path)))
+        # sleep-ok: one zero-length yield: the server task starts serving
         await asyncio.sleep(0)
         spare = len(os.listdir("/proc/self/fd")) + 8
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

@@ -167,6 +167,7 @@ def test_server_close_removes_its_socket_file_only() -> None:
         path = str(Path(tmp) / "s.sock")
         server: Server[object] = Server(Queue(1))
         serving = asyncio.create_task(server.serve(listen(path)))
+        # sleep-ok: one zero-length yield: the server task starts serving
         await asyncio.sleep(0)
         assert Path(path).exists()
         server.close()
@@ -176,6 +177,7 @@ def test_server_close_removes_its_socket_file_only() -> None:
 
         other: Server[object] = Server(Queue(1))
         serving = asyncio.create_task(other.serve(listen(path)))
+        # sleep-ok: one zero-length yield: the second server task starts serving
         await asyncio.sleep(0)
         Path(path).unlink()
         replacement = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -52,7 +52,8 @@ def test_rendezvous_accepts_only_while_a_receiver_waits() -> None:
         with pytest.raises(QueueFull):
             queue.submit(job(1))
         getter = asyncio.create_task(queue.aget())
-        await asyncio.sleep(0)  # let get() register as waiting; no timing involved
+        # sleep-ok: one zero-length yield: let get() register as waiting
+        await asyncio.sleep(0)
         queue.submit(job(2))
         with pytest.raises(QueueFull):
             queue.submit(job(3))
@@ -67,6 +68,7 @@ def test_a_waiting_receiver_takes_one_beyond_capacity_like_a_go_channel() -> Non
     async def scenario() -> None:
         queue: Queue[int] = Queue(1)
         getter = asyncio.create_task(queue.aget())
+        # sleep-ok: one zero-length yield: the getter task reaches its wait (deterministic)
         await asyncio.sleep(0)
         queue.submit(job(1))
         queue.submit(job(2))
@@ -135,6 +137,7 @@ def test_close_wakes_a_waiting_receiver() -> None:
     async def scenario() -> None:
         queue: Queue[int] = Queue(1)
         getter = asyncio.create_task(queue.aget())
+        # sleep-ok: one zero-length yield: the getter task reaches its wait (deterministic)
         await asyncio.sleep(0)
         await asyncio.to_thread(queue.close)
         with pytest.raises(QueueClosed):
@@ -149,6 +152,7 @@ def test_a_cancelled_receiver_never_loses_a_handed_job() -> None:
     async def scenario() -> None:
         queue: Queue[int] = Queue(0)
         getter = asyncio.create_task(queue.aget())
+        # sleep-ok: one zero-length yield: the getter task reaches its wait (deterministic)
         await asyncio.sleep(0)
         queue.submit(job(7))
         getter.cancel()
@@ -241,6 +245,7 @@ def test_job_waits_across_threads() -> None:
 
     async def scenario() -> Outcome:
         waiter = asyncio.create_task(j.aresult())
+        # sleep-ok: one zero-length yield: the waiter task reaches its wait (deterministic)
         await asyncio.sleep(0)
         threading.Thread(target=j.finish, args=(Outcome(True),)).start()
         return await asyncio.wait_for(waiter, DEADLINE)
@@ -334,6 +339,7 @@ def test_thread_and_asyncio_receivers_share_one_queue() -> None:
             try:
                 queue.submit(job(n))
             except QueueFull:
+                # sleep-ok: a zero-length yield lets the consumer take a job before the next submit
                 await asyncio.sleep(0)
                 continue
             accepted += 1
