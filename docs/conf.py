@@ -33,6 +33,8 @@ extensions = [
     "sphinx.ext.intersphinx",
     "sphinx_copybutton",
     "sched_api",
+    # Refuses a versionadded/versionchanged marker above its package's version.
+    "sched_versions",
 ]
 
 # Every reference must resolve: ``nox -s docs`` builds with ``-n -W``.

@@ -31,8 +31,6 @@ class GroupReport:
         survivors: members were still running after the child exited.
         signals: the signals sent to the group, each once, in the order
             first sent.
-
-    .. versionadded:: 0.2.0
     """
 
     __slots__ = ("pgid", "signals", "survivors")
@@ -79,8 +77,6 @@ class CompletedRun(subprocess.CompletedProcess[T], Generic[T]):
         stdout: the captured output, or ``None``.
         stderr: the captured error output, or ``None``.
         group: the sweep's report, for a ``kill_group`` run.
-
-    .. versionadded:: 0.2.0
     """
 
     def __init__(

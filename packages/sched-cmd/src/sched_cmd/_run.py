@@ -102,10 +102,6 @@ def run(
             foreign ``process_group``) or an invalid duration.
         TypeError: *stop* is not a ``threading.Event``.
         OSError: the command could not be started.
-
-    .. versionchanged:: 0.2.0
-       Returns a `CompletedRun`, with the `GroupReport` of a ``kill_group``
-       run; the stop event is watched through public APIs only.
     """
     if stop is not None and not isinstance(stop, threading.Event):
         raise TypeError(f"stop must be a threading.Event, not {type(stop).__name__}")
@@ -182,9 +178,6 @@ async def arun(
         ValueError: as for `run`.
         TypeError: *stop* is not an ``asyncio.Event``.
         OSError: the command could not be started.
-
-    .. versionchanged:: 0.2.0
-       Returns a `CompletedRun`.
     """
     import asyncio
 
@@ -259,9 +252,6 @@ class CommandRunner(Protocol):
     ``CommandRunner``: production code takes a ``CommandRunner`` (built by
     `command_runner`) and tests pass a fake with the same signature, which
     returns ``CompletedRun(args, returncode)``.
-
-    .. versionchanged:: 0.2.0
-       Returns a `CompletedRun`.
     """
 
     def __call__(

@@ -25,8 +25,6 @@ def advisory_key(name: str) -> int:
 
     Returns:
         The key, a signed 64-bit integer (``-2**63`` to ``2**63 - 1``).
-
-    .. versionadded:: 0.2.0
     """
     from hashlib import sha256
 

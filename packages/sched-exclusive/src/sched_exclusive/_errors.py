@@ -92,9 +92,6 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
 
     Raises:
         ValueError: ``attempts`` does not give one attempt per exception.
-
-    .. versionchanged:: 0.2.0
-       Added ``attempts`` and ``own``.
     """
 
     _attempts: tuple[int | None, ...]
@@ -133,8 +130,6 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
         0 is the call's own run, n the n-th queued rerun it served (the
         ordinal of the ``running queued cycle request`` line), and ``None``
         a failure that is no run's: the gate, the lock or the counter.
-
-        .. versionadded:: 0.2.0
         """
         return self._attempts
 
@@ -142,8 +137,6 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
     def own(self) -> Exception | None:
         """The exception of the call's own run, or ``None`` if that run succeeded
         (or never started).
-
-        .. versionadded:: 0.2.0
         """
         for exc, attempt in zip(self.exceptions, self._attempts, strict=True):
             if attempt == 0:

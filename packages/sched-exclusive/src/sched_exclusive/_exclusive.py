@@ -56,8 +56,6 @@ def lock_lost() -> threading.Event:
 
     Raises:
         RuntimeError: no job of an :class:`Exclusive` runs in this context.
-
-    .. versionadded:: 0.2.0
     """
     lease = _RUNNING.get()
     if lease is None:
@@ -237,8 +235,6 @@ class Exclusive:
             ValueError: an empty ``name`` or one with NUL, a ``conninfo``
                 libpq cannot parse, or a timeout that is not positive (or a
                 ``connect_timeout`` under 2 s).
-
-        .. versionadded:: 0.2.0
         """
         from ._durations import to_seconds
         from ._postgres import PostgresBackend
@@ -370,11 +366,6 @@ class Exclusive:
                 recorded but the re-probe failed).
             KeyboardInterrupt: and any other ``BaseException`` from the job,
                 at once, after the lock is released.
-
-        .. versionchanged:: 0.2.0
-           A counter failure once the lock is won no longer stops the run:
-           it is reported in the ``RunError`` and the job runs (outcome
-           ``ran``), as in the Go library.
         """
         return _drive(self._coalesce(queue=True), job)
 

@@ -254,9 +254,6 @@ def format_duration(value: int | timedelta) -> str:
         ValueError: *value* is an ``int`` outside Go's int64 nanosecond
             range, a ``timedelta`` beyond ±9223372036854776 µs, or a ``bool``.
         TypeError: *value* is neither an ``int`` nor a ``timedelta``.
-
-    .. versionchanged:: 0.2.0
-       A ``timedelta`` of ±9223372036854776 µs formats.
     """
     if isinstance(value, timedelta):
         micros = value // _US

@@ -373,11 +373,6 @@ def parse_interval(
     the message and the fields, as Go leaves them out. ``sched_value`` spells
     lone surrogates as ``\\udcXX`` escapes.
 
-    .. versionchanged:: 0.2.0
-       Warnings begin with Go's messages and carry Go's attributes
-       (``sched_reason``, ``sched_mode``, ``sched_interval`` and
-       ``sched_error`` are gone; the clamp warning gives the requested
-       duration in Go's form, not the raw value).
 
     Args:
         raw: the value as read, for example from ``os.environ``; ``None``

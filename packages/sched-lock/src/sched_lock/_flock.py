@@ -129,9 +129,6 @@ class Lock:
     pool) inherits a copy that is not held there (:attr:`locked` is false):
     its :meth:`unlock`, or its copy being collected, closes the child's
     descriptor and leaves the lock to its holder.
-
-    .. versionchanged:: 0.2.0
-       A forked child no longer releases its parent's lock.
     """
 
     __slots__ = ("_fds", "_path", "_pid")
@@ -156,9 +153,6 @@ class Lock:
 
         True from :func:`try_lock` until :meth:`unlock`; never true in a
         process forked from the holder, where the lock stays the holder's.
-
-        .. versionchanged:: 0.2.0
-           False in a forked child.
         """
         return bool(self._fds) and self._pid == _getpid()
 
@@ -257,9 +251,6 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
         LockError: the file cannot be created, opened or locked
             (``FileNotFoundError`` for a missing directory, ``PermissionError``,
             ``ELOOP`` for a refused symlink...). It names the path.
-
-    .. versionchanged:: 0.2.0
-       A failure to write the holder line no longer refuses the lock.
     """
     name = path if type(path) is str else os.fspath(path)
     # The owner exists before the lock is taken: from the moment the

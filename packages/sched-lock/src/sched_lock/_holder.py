@@ -160,10 +160,6 @@ def read_holder(path: str | os.PathLike[str]) -> datetime | None:
         The acquisition time as a timezone-aware UTC ``datetime``, or ``None``
         (unknown) when the file is absent, empty, torn or holds garbage, or
         cannot be opened or read, or is not a regular file.
-
-    .. versionchanged:: 0.2.0
-       Never raises (a directory, an unreadable file... read as unknown),
-       and reads the first 64 bytes only, as Go does.
     """
     name = os.fspath(path)
     try:

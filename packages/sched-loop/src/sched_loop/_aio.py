@@ -80,8 +80,6 @@ async def arun_loop(
         LoopConfigError: *interval* is not positive, or *jitter* is outside
             ``[0, 1)``. It is a ``ValueError``.
         TypeError: *interval* or *jitter* has the wrong type.
-
-    .. versionadded:: 0.1.0
     """
     plan = Plan(interval, jitter, rng)
     if stop is None:
@@ -126,10 +124,6 @@ async def astop_on_signals(
             signal number or an unknown *second_signal*. It is a
             ``ValueError``.
         RuntimeError: a signal cannot be caught (``SIGKILL``, ``SIGSTOP``).
-
-    .. versionadded:: 0.1.0
-    .. versionchanged:: 0.2.0
-       The *second_signal* parameter.
     """
     sigs = check_signals(signals, "astop_on_signals")
     force = check_policy(second_signal, "astop_on_signals")

@@ -106,8 +106,6 @@ def jittered_delay(
         LoopConfigError: *interval* or *fraction* is NaN or infinite (or a
             ``bool``). It is a ``ValueError``.
         TypeError: an argument is not a duration or a number.
-
-    .. versionadded:: 0.1.0
     """
     base = coerce_interval(interval)
     return draw_delay(base, coerce_fraction(fraction, name="fraction"), rng)

@@ -66,8 +66,6 @@ def run_loop(
             *jitter* is outside ``[0, 1)``. Raised before anything runs. It is
             a ``ValueError``; the Go library returns silently instead.
         TypeError: *interval* or *jitter* has the wrong type.
-
-    .. versionadded:: 0.1.0
     """
     plan = Plan(interval, jitter, rng)
     if stop is None:

@@ -144,10 +144,6 @@ def stop_on_signals(
             signal number or an unknown *second_signal*. It is a
             ``ValueError``.
         OSError: a signal cannot be caught (``SIGKILL``, ``SIGSTOP``).
-
-    .. versionadded:: 0.1.0
-    .. versionchanged:: 0.2.0
-       The *second_signal* parameter.
     """
     sigs = check_signals(signals, "stop_on_signals")
     force = check_policy(second_signal, "stop_on_signals")

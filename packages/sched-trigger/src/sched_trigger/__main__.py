@@ -97,10 +97,6 @@ def _say(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script exits with it).
-
-    .. versionchanged:: 0.2.0
-       ``-`` reads the payload from standard input; ``--timeout``; a Ctrl-C
-       during start-up exits 130 without a traceback.
     """
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))

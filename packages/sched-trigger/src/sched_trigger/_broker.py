@@ -39,9 +39,6 @@ class BrokerThread(Generic[P]):
         path: the socket path.
         stop_event: the daemon's stop event: the app's own if it passed
             ``stop=``; the broker sets it when it ends, for any reason.
-
-    .. versionadded:: 0.2.0
-       The ``stop_event`` attribute.
     """
 
     def __init__(self, queue: Queue[P], path: str, stop: threading.Event) -> None:
@@ -87,9 +84,6 @@ class BrokerThread(Generic[P]):
         Raises:
             TimeoutError: the thread did not finish in time.
             BaseException: whatever ended the broker abnormally (a ``run`` that raised).
-
-        .. versionchanged:: 0.2.0
-           Returns at once when called from inside a run (it used to hang).
         """
         self.stop_event.set()
         self._wake_loop()
@@ -232,9 +226,6 @@ def run_broker_in_thread(
     Raises:
         ValueError: neither or both of *run* and *executor*.
         AlreadyServing, NotASocket, OSError: from `listen`.
-
-    .. versionchanged:: 0.2.0
-       The *executor* and *stop* parameters.
     """
     if (run is None) == (executor is None):
         raise ValueError("pass run or executor, exactly one of them")

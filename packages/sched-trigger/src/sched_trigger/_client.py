@@ -227,10 +227,6 @@ def submit(
         SubmitCancelled: *stop* was set first.
         TypeError: the payload is not serializable.
         ValueError: the payload holds NaN or an infinity, or *timeout* is invalid.
-
-    .. versionchanged:: 0.2.0
-       The *stop* parameter; a path that is not a socket, or is too long for
-       one, is reported as such.
     """
     data = encode_payload(payload)
     seconds = _timeout_seconds(timeout)

@@ -98,8 +98,6 @@ class SubmitCancelled(TriggerError):
 
     The connection was closed, so the daemon saw the client leave; an accepted
     run still happens (Go's ``Submit`` returns the context's error likewise).
-
-    .. versionadded:: 0.2.0
     """
 
 

@@ -180,11 +180,6 @@ async def execute(
     Raises:
         BaseException: whatever *run* raised (a non-`Outcome` return value is
             a ``TypeError``), or the cancellation.
-
-    .. versionchanged:: 0.2.0
-       A plain function's jobs are taken and run on one worker thread, which
-       makes a sync run's round trip close to an async one's; a raising run
-       no longer leaves a "Future exception was never retrieved" log line.
     """
     if not is_async(run):
         thread_stop = threading.Event()

@@ -74,10 +74,6 @@ def listen(path: str | os.PathLike[str], *, backlog: int = DEFAULT_BACKLOG) -> s
         NotASocket: *path* exists and is not a socket.
         OSError: the path is too long (``ENAMETOOLONG``), or creating the lock
             file, binding or restricting the socket failed.
-
-    .. versionchanged:: 0.2.0
-       One owner per path through the ``<path>.lock`` flock; a too-long path
-       is reported as such.
     """
     path = os.fspath(path)
     problem = path_too_long(path)

@@ -39,10 +39,6 @@ class Queue(Generic[P]):
     Raises:
         ValueError: *capacity* is negative.
         TypeError: *capacity* is not an ``int``.
-
-    .. versionchanged:: 0.2.0
-       Readable from plain threads: `get` blocks and ``for job in queue``
-       iterates; the asyncio receiver is now `aget` (it was ``get``).
     """
 
     __slots__ = (
@@ -173,9 +169,6 @@ class Queue(Generic[P]):
             QueueClosed: the queue is closed and drained.
             RuntimeError: called on a thread running an event loop with a
                 wait that could block it (use `aget` there).
-
-        .. versionchanged:: 0.2.0
-           Blocks the calling thread; it was the asyncio receiver, now `aget`.
         """
         seconds = None if timeout is None else max(to_seconds(timeout, name="timeout"), 0.0)
         if seconds != 0:
@@ -231,10 +224,6 @@ class Queue(Generic[P]):
 
         Raises:
             QueueClosed: the queue is closed and drained.
-
-        .. versionadded:: 0.2.0
-           The asyncio receiver, named ``get`` before `get` became the
-           blocking one.
         """
         loop = asyncio.get_running_loop()
         while True:

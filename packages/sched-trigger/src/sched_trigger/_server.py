@@ -158,10 +158,6 @@ class Server(Generic[P]):
 
         Raises:
             RuntimeError: the server is already serving.
-
-        .. versionchanged:: 0.2.0
-           Accept errors pause accepting for a second instead of being
-           retried at once (asyncio) or closing the server (uvloop).
         """
         if self._sock is not None:
             raise RuntimeError("the server is already serving")
@@ -199,9 +195,6 @@ class Server(Generic[P]):
         A connection still reading its request is answered ``done`` with
         ``scheduler is shutting down`` and closed at once, so shutdown never
         waits for a silent client. Call it on the server's event loop thread.
-
-        .. versionchanged:: 0.2.0
-           Connections still reading their request are closed at once.
         """
         self._closing = True
         self._close_socket()

@@ -315,11 +315,6 @@ class Event:
         Raises:
             ValueError: the line is not a JSON object with fields of the right
                 types (Go's int64 for ``duration_ms``), or nests past the parser's depth.
-
-        .. versionchanged:: 0.2.0
-           Decoded as Go's ``encoding/json``: the last of two keys naming one
-           field wins, invalid UTF-8 and lone surrogate escapes become U+FFFD;
-           a nested line is a ``ValueError``, not a ``RecursionError``.
         """
         text = line if isinstance(line, str) else str(line, "utf-8", GO_REPLACE)
         try:
