@@ -150,6 +150,42 @@ def test_errors_pickle_with_their_outcome() -> None:
     assert str(error) == str(copy2)
 
 
+def test_a_failed_run_names_its_cause(tmp_path: Path) -> None:
+    """``str()`` of the RunError a failed job raises names the job's exception and its text,
+    so that ``log.error("cycle failed: %s", exc)`` shows why."""
+
+    def job() -> None:
+        raise RuntimeError("command exited -15")
+
+    with pytest.raises(RunError) as info:
+        Exclusive(tmp_path).run(job)
+    assert "cycle run failed (outcome ran): RuntimeError: command exited -15" == str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("exceptions", "shown"),
+    [
+        ([KeyError("k"), OSError(5, "io")], "m: KeyError: 'k' (and 1 more)"),
+        ([ValueError(), ValueError(), ValueError()], "m: ValueError (and 2 more)"),
+        (
+            [ExceptionGroup("job's own", [TimeoutError("slow"), ValueError("v")])],
+            "m: ExceptionGroup: job's own: TimeoutError: slow (and 1 more)",
+        ),
+    ],
+)
+def test_run_error_text_is_its_first_cause_and_a_count(
+    exceptions: list[Exception], shown: str
+) -> None:
+    """The first exception's type and text (its own first one, for a group), then how many
+    more; a subgroup of ``except*`` and a pickled copy read the same way."""
+    group = RunError("m", exceptions, Outcome.RAN_QUEUED)
+    assert shown == str(group)
+    assert shown == str(pickle.loads(pickle.dumps(group)))
+    first, _ = group.split(type(exceptions[0]))
+    assert first is not None
+    assert str(first).startswith(f"m: {type(exceptions[0]).__name__}")
+
+
 def test_coordination_error_without_errno() -> None:
     """An OSError without errno still converts, keeping its text."""
     error = CoordinationError.from_os_error(OSError("odd failure"), Outcome.NONE)

@@ -6,6 +6,7 @@ import errno
 import pickle
 import subprocess
 import sys
+import traceback
 
 import pytest
 
@@ -74,6 +75,25 @@ def test_errors_are_also_the_matching_builtin(
     copy = pickle.loads(pickle.dumps(error))
     assert type(error) is type(copy)
     assert str(error) == str(copy)
+
+
+@pytest.mark.parametrize(
+    ("base", "number", "name"),
+    [
+        (LockError, errno.ENOENT, "LockFileNotFoundError"),
+        (LockError, errno.EACCES, "LockPermissionError"),
+        (SlotFileError, errno.ENOENT, "SlotFileNotFoundError"),
+        (SlotFileError, errno.ENOTDIR, "SlotFileNotADirectoryError"),
+    ],
+)
+def test_a_traceback_names_the_error_once(base: type[LockError], number: int, name: str) -> None:
+    """The class a traceback shows reads as one name (not ``SlotFileFileNotFoundError``)."""
+    error = wrap_error(OSError(number, "why"), "open", "/p", base)
+    shown = traceback.format_exception_only(error)[-1]
+    assert (name, f"sched_lock._errors.{name}: [Errno {number}] open: why: '/p'\n") == (
+        type(error).__name__,
+        shown,
+    )
 
 
 def test_other_errnos_use_the_base_class() -> None:

@@ -81,7 +81,11 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
     only the first execution.
 
     It works with ``except*`` and ``split`` (subgroups keep the outcome and
-    each exception's attempt) and pickles.
+    each exception's attempt) and pickles. Its ``str()`` names the cause, so
+    that ``log.error("%s", exc)`` shows it: the message, then the first
+    exception's type and text, and how many more there are (``cycle run
+    failed (outcome ran-queued): RuntimeError: command exited -15 (and 1
+    more)``).
 
     Args:
         message: the group's message.
@@ -143,6 +147,9 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
                 return exc
         return None
 
+    def __str__(self) -> str:
+        return describe_group(self)
+
     def derive(self, excs: Sequence[Exception]) -> RunError:  # type: ignore[override]
         """Build a subgroup with the same message and outcome (``except*``, ``split``).
 
@@ -169,3 +176,24 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
         self,
     ) -> tuple[type[RunError], tuple[str, list[Exception], Outcome, tuple[int | None, ...]]]:
         return (type(self), (self.message, list(self.exceptions), self.outcome, self._attempts))
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: its type and its text (a group's, its first cause's).
+
+    Args:
+        exc: any exception.
+
+    Returns:
+        ``RuntimeError: command exited -15``; the type alone when the text is empty.
+    """
+    text = describe_group(exc) if isinstance(exc, BaseExceptionGroup) else str(exc)
+    name = type(exc).__qualname__
+    return f"{name}: {text}" if text else name
+
+
+def describe_group(group: BaseExceptionGroup[BaseException]) -> str:
+    """A group's message, its first exception (`describe`) and how many more it holds."""
+    first, *rest = group.exceptions
+    text = f"{group.message}: {describe(first)}"
+    return f"{text} (and {len(rest)} more)" if rest else text

@@ -9,7 +9,7 @@ keep working, the raised instance is of a subclass that also derives from the
 matching builtin (``FileNotFoundError``, ``PermissionError``,
 ``IsADirectoryError``, ``NotADirectoryError``); every other errno gets the
 public class itself. All of them pickle. These subclasses
-(``LockPermissionError``, ``SlotFileFileNotFoundError``...) are not exported:
+(``LockPermissionError``, ``SlotFileNotFoundError``...) are not exported:
 catch the public class or the builtin.
 """
 
@@ -68,8 +68,9 @@ def _register() -> None:
     }
     for base in (LockError, SlotFileError):
         for builtin in _BUILTINS:
-            # LockPermissionError, SlotFileFileNotFoundError...: read well in tracebacks
+            # LockPermissionError, SlotFileNotFoundError...: read well in tracebacks
             name = base.__name__.removesuffix("Error") + builtin.__name__
+            name = name.replace("FileFile", "File")
             cls: type[LockError] = type(name, (base, builtin), {"__module__": __name__})
             globals()[name] = cls  # a module-level name, so the error pickles
             for number in mapping[builtin]:
