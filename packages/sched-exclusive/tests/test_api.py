@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 import pickle
 import subprocess
@@ -61,7 +62,40 @@ def test_paths_and_repr(tmp_path: Path) -> None:
         ex.queue_path,
     )
     assert f"Exclusive({str(tmp_path)!r}, queue_capacity=2)" == repr(ex)
-    assert "/x/cycle.lock" == Exclusive("/x/").lock_path
+    assert str(tmp_path) == ex.location
+    assert f"{tmp_path}/cycle.lock" == Exclusive(f"{tmp_path}/").lock_path
+
+
+def test_both_kinds_tell_their_location() -> None:
+    """``location`` reads well for either kind: a PostgreSQL instance names its job (never
+    the conninfo, which may hold a password); its directory attributes say where to look."""
+    pytest.importorskip("psycopg")
+    ex = Exclusive.postgres("password=secret", "nightly backup")
+    assert "postgresql job 'nightly backup'" == ex.location
+    with pytest.raises(AttributeError, match=r"no directory \(\.location names"):
+        _ = ex.dir
+
+
+@pytest.mark.parametrize(
+    ("where", "number", "why"),
+    [
+        ("missing", errno.ENOENT, "does not exist"),
+        ("file/state", errno.ENOTDIR, "cannot be used: Not a directory"),
+        ("file", errno.ENOTDIR, "is not a directory"),
+    ],
+)
+def test_a_directory_that_is_not_there_is_refused_at_construction(
+    tmp_path: Path, where: str, number: int, why: str
+) -> None:
+    """``Exclusive(dir)`` refuses a missing directory (or a file) at once, naming it; it
+    never creates one."""
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CoordinationError) as info:
+        Exclusive(tmp_path / where)
+    path = str(tmp_path / where)
+    assert (number, path, Outcome.NONE) == (info.value.errno, info.value.filename, info.value.outcome)
+    assert f"[Errno {number}] Exclusive's directory {why}: {path!r}" == str(info.value)
+    assert not (tmp_path / "missing").exists()
 
 
 @pytest.mark.parametrize("capacity", [1.0, "2", True, None])

@@ -161,8 +161,11 @@ def test_read_only_files(shared_dir: Path, children: list[Child]) -> None:
 
 def test_coordination_error_is_an_os_error(tmp_path: Path) -> None:
     """The missing-directory error is caught by ``except OSError`` and names the path."""
+    (tmp_path / "nope").mkdir()
+    exclusive = Exclusive(tmp_path / "nope")
+    (tmp_path / "nope").rmdir()
     with pytest.raises(OSError, match=r"cycle\.lock") as caught:
-        Exclusive(tmp_path / "nope").run(lambda: None)
+        exclusive.run(lambda: None)
     assert isinstance(caught.value, CoordinationError)
 
 

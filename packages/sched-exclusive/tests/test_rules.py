@@ -489,9 +489,12 @@ def test_system_exit_in_a_rerun_propagates_after_release(world: World) -> None:
 
 
 def test_missing_directory_is_an_error_with_outcome_none(tmp_path: Path) -> None:
-    """A directory that does not exist: CoordinationError (an OSError), outcome none."""
+    """A directory gone since construction: CoordinationError (an OSError), outcome none."""
     missing = tmp_path / "missing"
-    for call in (Exclusive(missing).run, Exclusive(missing).run_or_skip):
+    missing.mkdir()
+    exclusive = Exclusive(missing)
+    missing.rmdir()
+    for call in (exclusive.run, exclusive.run_or_skip):
         with pytest.raises(CoordinationError) as caught:
             call(Recorder())
         assert isinstance(caught.value, OSError)
@@ -499,7 +502,7 @@ def test_missing_directory_is_an_error_with_outcome_none(tmp_path: Path) -> None
         assert errno.ENOENT == caught.value.errno
         assert str(missing / "cycle.lock") == caught.value.filename
     with pytest.raises(CoordinationError):
-        Exclusive(missing).pending()
+        exclusive.pending()
     assert not missing.exists()
 
 

@@ -40,6 +40,8 @@ class CoordinationError(ExclusiveError, OSError):
     that follows failed: the demand stands, and the current or next runner
     serves it. ``errno``, ``strerror`` and ``filename`` are those of the
     underlying :class:`OSError`, which is also chained as ``__cause__``.
+    The :class:`Exclusive` constructor raises it too (outcome ``none``), for
+    a directory that does not exist or is not one, naming it in ``filename``.
     """
 
     def __init__(self, *args: object, outcome: Outcome = Outcome.NONE) -> None:

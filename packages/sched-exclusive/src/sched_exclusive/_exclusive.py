@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextvars
+import errno
 import logging
 import os
+import stat
 import threading
 import typing
 from collections.abc import Awaitable, Callable
@@ -64,6 +66,25 @@ def lock_lost() -> threading.Event:
     return event if isinstance(event, threading.Event) else threading.Event()
 
 
+def _existing_directory(directory: str) -> str:
+    """*directory*, or `CoordinationError` (outcome ``none``) naming it if it is no directory.
+
+    ``Exclusive`` never creates its directory: who owns it and its mode are the
+    application's choice (see the class), and a missing one is usually a volume
+    that is not mounted, where a directory made on the spot would coordinate
+    nobody.
+    """
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError as exc:
+        why = "does not exist" if exc.errno == errno.ENOENT else f"cannot be used: {exc.strerror}"
+        number = exc.errno if exc.errno is not None else errno.EIO
+        raise CoordinationError(number, f"Exclusive's directory {why}", directory) from exc
+    if not stat.S_ISDIR(mode):
+        raise CoordinationError(errno.ENOTDIR, "Exclusive's directory is not a directory", directory)
+    return directory
+
+
 @typing.final
 class Exclusive:
     """Cross-process run coalescing: at most one cycle at a time, no demand lost.
@@ -101,12 +122,18 @@ class Exclusive:
 
     An instance holds no state between calls and may be shared by threads.
     :meth:`postgres` makes one that coordinates machines through PostgreSQL
-    instead of a directory, with the same rules.
+    instead of a directory, with the same rules. Both kinds have
+    :attr:`location` (the directory, or the PostgreSQL job's name) and
+    :attr:`queue_capacity`; :attr:`dir`, :attr:`lock_path` and
+    :attr:`queue_path` are a directory's alone, and raise `AttributeError`
+    on a PostgreSQL one.
 
     Args:
-        dir: the directory holding the two files; it must exist. Place it
-            where untrusted local users cannot write (the files are opened
-            following symlinks, as in the Go library).
+        dir: the directory holding the two files. It must exist: it is
+            never created (make it, mode ``0o700``, owned by the job's
+            user), and one that is missing or not a directory is refused
+            here. Place it where untrusted local users cannot write (the
+            files are opened following symlinks, as in the Go library).
         logger: where the coalescing lines go; defaults to the
             ``sched_exclusive`` logger.
         queue_capacity: how many rerun requests may wait while a cycle runs
@@ -119,6 +146,8 @@ class Exclusive:
             it is closed: it decides what runs, not what queues.
 
     Raises:
+        CoordinationError: ``dir`` does not exist, cannot be reached, or is
+            not a directory (an `OSError` naming it, outcome ``none``).
         TypeError: ``queue_capacity`` is not an ``int``, or ``gate`` is not
             callable.
 
@@ -141,7 +170,7 @@ class Exclusive:
         queue_capacity: int = 1,
         gate: Callable[[], bool] | None = None,
     ) -> None:
-        directory = os.fspath(dir)
+        directory = _existing_directory(os.fspath(dir))
         self._setup(FileBackend(directory), logger, queue_capacity, gate, {"dir": directory})
         self._dir: str | None = directory
         self._name: str | None = None
@@ -277,7 +306,7 @@ class Exclusive:
         if self._dir is None:
             raise AttributeError(
                 f"Exclusive.postgres(..., {self._name!r}) coordinates through PostgreSQL: "
-                "it has no directory"
+                "it has no directory (.location names where it coordinates)"
             )
         return self._dir
 
@@ -307,6 +336,13 @@ class Exclusive:
             AttributeError: the instance coordinates through PostgreSQL.
         """
         return join(self._directory(), QUEUE_NAME)
+
+    @property
+    def location(self) -> str:
+        """Where the cycle is coordinated, for either kind: the directory, or
+        ``postgresql job 'NAME'`` for :meth:`postgres` (the conninfo, which
+        may hold a password, is never shown)."""
+        return self._dir if self._dir is not None else f"postgresql job {self._name!r}"
 
     @property
     def queue_capacity(self) -> int:
