@@ -559,3 +559,6 @@ def test_demo_runs_and_verifies_every_step() -> None:
     ):
         assert f"✔ {claim}" in transcript
     assert "All shown behaviour verified" in transcript
+    # Once mode is the example's choice, not what 0 means to the library.
+    assert "zero_as_once=True in jobrunner.py's Config" in transcript
+    assert "by the library's default, 0 means external mode" in transcript

@@ -58,7 +58,33 @@ def test_once_mode_reports_a_failing_command(runner_env: dict[str, str]) -> None
     env = {**runner_env, "JOB_INTERVAL": "0", "JOB_COMMAND": "sh -c 'exit 3'"}
     result = jobrunner("run", env=env)
     assert 1 == result.returncode
-    assert "cycle failed (outcome ran): cycle 1: command exited with status 3" in result.stderr
+    assert (
+        "cycle failed: cycle run failed (outcome ran): CycleFailed: cycle 1: command exited "
+        "with status 3 app_outcome=ran"
+    ) in result.stderr
+
+
+def test_an_unusable_state_directory_is_outcome_none(
+    runner_env: dict[str, str], short_tmp: Path
+) -> None:
+    """A state directory that cannot be made (a file in its path, as with
+    ``JOB_STATE_DIR=/etc/passwd/state``) is a failed cycle with outcome none, logged with
+    the path and why, and exit 1: no traceback, for a poll and for the main process."""
+    (short_tmp / "file").write_text("")
+    state = short_tmp / "file" / "state"
+    env = {**runner_env, "JOB_STATE_DIR": str(state), "JOB_INTERVAL": "0"}
+    logged = (
+        f"ERROR jobrunner: cycle failed: state directory unusable: [Errno 20] Not a directory: "
+        f"{str(state)!r} app_outcome=none"
+    )
+    for command, printed in (("poll", "poll: none\n"), ("run", "")):
+        result = jobrunner(command, env=env)
+        assert (1, printed, 1) == (
+            result.returncode,
+            result.stdout,
+            result.stderr.count(logged),
+        ), result.stderr
+        assert "Traceback" not in result.stderr
 
 
 def test_a_real_command_from_job_command(runner_env: dict[str, str], short_tmp: Path) -> None:
@@ -131,7 +157,10 @@ def test_a_poll_exits_by_its_own_run(
     assert 0 == second.returncode, second.stderr
     assert "poll: queued\n" == second.stdout
     hold.release()
-    first.expect(r"cycle failed \(outcome ran-queued\): cycle 2: command exited with status 3")
+    first.expect(
+        r"cycle failed: cycle run failed \(outcome ran-queued\): CycleFailed: cycle 2: "
+        r"command exited with status 3"
+    )
     first.expect(r"^poll: ran-queued$")
     assert 0 == first.wait()
 
@@ -276,8 +305,11 @@ def test_daemon_exits_non_zero_when_its_broker_dies(
     daemon = children.jobrunner("daemon", env=env)
     daemon.expect(r"listening for triggers on ")
     client = children.start(trigger(Path(env["JOB_SOCKET"]), {}, env), env=env)
-    client.expect(r"^sched-trigger: done: failed .*panic: ")
+    # The client's reason and the daemon's last line both name the cause.
+    client.expect(r"^sched-trigger: done: failed .*panic: .*FileNotFoundError: .*/nonexistent/")
     assert 1 == client.wait()
     assert 1 == daemon.wait(), daemon.output()
-    assert "trigger broker died: " in daemon.output()
+    assert "trigger broker died: RunError: cycle run failed (outcome ran): FileNotFoundError: " in (
+        daemon.output()
+    )
     assert not Path(env["JOB_SOCKET"]).exists()

@@ -341,7 +341,9 @@ def tour_builtin(tmp: Path) -> None:
             )
 
         step(4)
-        say("   (JOB_INTERVAL=0 is once mode: one cycle, then exit -- a tick from outside)")
+        say("   (JOB_INTERVAL=0 is once mode here: one cycle, then exit -- a tick from outside.")
+        say("    That is this example's choice, zero_as_once=True in jobrunner.py's Config;")
+        say("    by the library's default, 0 means external mode.)")
         once = start("once", jobrunner("run"), env, extra={"JOB_INTERVAL": "0"})
         with reaped(once):
             once.expect(r"cycle outcome: skipped", "run_or_skip found the lock busy and skipped")

@@ -19,7 +19,8 @@ Modes of ``run``, from ``JOB_INTERVAL`` (see the operations page):
   jitter; each tick is guarded by ``Exclusive.run_or_skip``;
 * ``off`` / ``disabled``: **external** -- idle until stopped; runs come from
   ``poll`` (queued through ``Exclusive.run``);
-* ``0``: **once** -- one cycle, then exit.
+* ``0``: **once** -- one cycle, then exit. (This runner's choice, made with
+  ``zero_as_once=True``: by the library's default, ``0`` means external.)
 
 Environment:
     JOB_INTERVAL: the cadence, a Go duration, or a sentinel (above).
@@ -50,12 +51,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sched_cmd
-from sched_exclusive import Exclusive, ExclusiveError, Outcome, RunError
+import sched_exclusive as exclusive
 from sched_interval import Mode, Schedule, format_duration, interval_from_env, parse_duration
 from sched_loop import run_loop, stop_on_signals
 
 if TYPE_CHECKING:
-    from sched_trigger import BrokerThread
+    import sched_trigger as trigger
 
 log = logging.getLogger("jobrunner")
 
@@ -209,40 +210,43 @@ def cycle_job(
     return job
 
 
-def exclusive(config: Config, stop: threading.Event) -> Exclusive:
-    """The cross-process guard: one cycle at a time, no fresh run after a stop."""
-    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return Exclusive(config.state_dir, gate=lambda: not stop.is_set())
+def cycle_guard(config: Config, stop: threading.Event) -> exclusive.Exclusive | None:
+    """The cross-process guard: one cycle at a time, no fresh run after a stop.
+
+    The state directory is made here (mode 0700) if it is missing; ``Exclusive``
+    itself never creates one. ``None``, logged as a failed cycle with outcome
+    ``none``, when the directory cannot be made or used.
+    """
+    try:
+        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return exclusive.Exclusive(config.state_dir, gate=lambda: not stop.is_set())
+    except OSError as exc:  # a file in the way, a read-only mount, no permission...
+        none = exclusive.Outcome.NONE
+        log.error("cycle failed: state directory unusable: %s", exc, extra={"app_outcome": none})
+        return None
 
 
-def describe(error: ExclusiveError) -> str:
-    """The failure in one line: each job exception of a ``RunError``, or the error itself."""
-    return "; ".join(map(str, getattr(error, "exceptions", [error])))
-
-
-def guarded(call: Callable[[], Outcome]) -> tuple[Outcome, ExclusiveError | None]:
+def guarded(
+    call: Callable[[], exclusive.Outcome],
+) -> tuple[exclusive.Outcome, exclusive.ExclusiveError | None]:
     """Run an ``Exclusive`` call; log its outcome, or its failure and carry on.
 
     The outcome is never lost: a failure carries it (``ran`` when the job ran
     and failed, ``none`` when the lock directory was unusable, ``queued`` when
-    the request was recorded but the re-check after it failed).
+    the request was recorded but the re-check after it failed). ``str()`` of
+    the error names its cause (for a ``RunError``, the job's own exception).
     """
     try:
         outcome = call()
-    except ExclusiveError as exc:
+    except exclusive.ExclusiveError as exc:
         causes = getattr(exc, "exceptions", [exc])
         if all(isinstance(cause, CycleStopped) for cause in causes):
             # SIGTERM ended the cycle: that is the drain working, not a fault.
             log.info(
-                "%s (outcome %s)", describe(exc), exc.outcome, extra={"app_outcome": exc.outcome}
+                "%s (outcome %s)", causes[0], exc.outcome, extra={"app_outcome": exc.outcome}
             )
         else:
-            log.error(
-                "cycle failed (outcome %s): %s",
-                exc.outcome,
-                describe(exc),
-                extra={"app_outcome": exc.outcome},
-            )
+            log.error("cycle failed: %s", exc, extra={"app_outcome": exc.outcome})
         return exc.outcome, exc
     log.info("cycle outcome: %s", outcome, extra={"app_outcome": outcome})
     return outcome, None
@@ -255,7 +259,9 @@ def main_run(config: Config) -> int:
     """The container's main process: the mode comes from ``JOB_INTERVAL``."""
     schedule = config.schedule
     with stop_on_signals() as stop:
-        ex = exclusive(config, stop)
+        ex = cycle_guard(config, stop)
+        if ex is None:
+            return 1
         if schedule.mode is Mode.BUILTIN:
             log.info(
                 "built-in mode: a cycle now, then every %s (+-%d%% jitter)",
@@ -274,7 +280,7 @@ def main_run(config: Config) -> int:
         elif schedule.mode is Mode.EXTERNAL:
             log.info("external mode: idle; cycles come from `jobrunner.py poll`")
             stop.wait()
-        else:
+        else:  # Mode.ONCE: JOB_INTERVAL=0, because Config passes zero_as_once=True
             log.info("once mode: one cycle, then exit")
             _, error = guarded(lambda: ex.run_or_skip(cycle_job(config, stop, "once")))
             return 1 if error else 0
@@ -292,16 +298,19 @@ def main_poll(config: Config) -> int:
     logged, not counted.
     """
     with stop_on_signals() as stop:
-        ex = exclusive(config, stop)
+        ex = cycle_guard(config, stop)
+        if ex is None:
+            print(f"poll: {exclusive.Outcome.NONE}", flush=True)
+            return 1
         outcome, error = guarded(lambda: ex.run(cycle_job(config, stop, "poll")))
     print(f"poll: {outcome}", flush=True)
-    if isinstance(error, RunError) and outcome is not Outcome.GATED:
+    if isinstance(error, exclusive.RunError) and outcome is not exclusive.Outcome.GATED:
         # The poll's own run is the one it answers for: the reruns it served
         # were other requests' (guarded has logged their failures).
         return 1 if error.own is not None else 0
     # queued and discarded are success: the running cycle covers this request
     # (and a queued request whose re-check failed still stands).
-    return 1 if error and outcome is not Outcome.QUEUED else 0
+    return 1 if error and outcome is not exclusive.Outcome.QUEUED else 0
 
 
 # --- the daemon variant: it owns every run ------------------------------------
@@ -321,15 +330,15 @@ class Request:
 
 #: How an ``Exclusive`` outcome reads as a trigger's result.
 RESULT_NOTES = {
-    Outcome.RAN: "",
-    Outcome.RAN_QUEUED: "ran-queued: also served requests queued meanwhile",
-    Outcome.QUEUED: "queued: the cycle running in another process will serve it",
-    Outcome.DISCARDED: "discarded: a rerun already queued covers it",
-    Outcome.SKIPPED: "skipped: lock held by another process",
+    exclusive.Outcome.RAN: "",
+    exclusive.Outcome.RAN_QUEUED: "ran-queued: also served requests queued meanwhile",
+    exclusive.Outcome.QUEUED: "queued: the cycle running in another process will serve it",
+    exclusive.Outcome.DISCARDED: "discarded: a rerun already queued covers it",
+    exclusive.Outcome.SKIPPED: "skipped: lock held by another process",
 }
 
 
-def cannot_start(error: ExclusiveError) -> bool:
+def cannot_start(error: exclusive.ExclusiveError) -> bool:
     """Whether the cycle's command could not even be started (nothing runnable there)."""
     group = error if isinstance(error, ExceptionGroup) else None
     return group is not None and group.subgroup((FileNotFoundError, PermissionError)) is not None
@@ -344,22 +353,23 @@ def main_daemon(config: Config) -> int:
     it, and so does the broker if it dies; either way the daemon winds down,
     and it exits non-zero if the broker died.
     """
-    from sched_trigger import CANCELLED_REASON, TRIGGER_EXTERNAL, QueueFull, run_broker_in_thread
-    from sched_trigger import Outcome as Result
+    import sched_trigger as trigger  # only the daemon needs it
 
     with stop_on_signals() as stop:
-        ex = exclusive(config, stop)
+        ex = cycle_guard(config, stop)
+        if ex is None:
+            return 1
         ticks = itertools.count()
 
-        def run(stop: threading.Event, trigger: str, request: Request) -> Result:
+        def run(stop: threading.Event, source: str, request: Request) -> trigger.Outcome:
             # `stop` is the daemon's own event (shared with the broker): SIGTERM
             # reaches the run in flight at once, and no queued run starts after it.
             if stop.is_set():
-                return Result(False, CANCELLED_REASON)
+                return trigger.Outcome(False, trigger.CANCELLED_REASON)
             began = time.monotonic()
-            why = "trigger" if trigger == TRIGGER_EXTERNAL else trigger
+            why = "trigger" if source == trigger.TRIGGER_EXTERNAL else source
             job = cycle_job(config, stop, why, {"JOB_NOTE": request.note})
-            if trigger == TRIGGER_EXTERNAL:
+            if source == trigger.TRIGGER_EXTERNAL:
                 outcome, error = guarded(lambda: ex.run(job))
             else:
                 outcome, error = guarded(lambda: ex.run_or_skip(job))
@@ -368,22 +378,23 @@ def main_daemon(config: Config) -> int:
                 # same way. End the broker with it (this run's client gets "panic: ...");
                 # the broker sets `stop` and the daemon exits non-zero.
                 raise error
-            if error is not None and outcome is not Outcome.QUEUED:
-                result = Result(False, describe(error), time.monotonic() - began)
-            elif outcome is Outcome.GATED:
-                result = Result(False, CANCELLED_REASON, time.monotonic() - began)
+            elapsed = time.monotonic() - began
+            if error is not None and outcome is not exclusive.Outcome.QUEUED:
+                result = trigger.Outcome(False, str(error), elapsed)
+            elif outcome is exclusive.Outcome.GATED:
+                result = trigger.Outcome(False, trigger.CANCELLED_REASON, elapsed)
             else:
-                result = Result(True, RESULT_NOTES[outcome], time.monotonic() - began)
+                result = trigger.Outcome(True, RESULT_NOTES[outcome], elapsed)
             log.info(
                 "%s: done, %s%s",
                 why,
                 "ok" if result.ok else "failed",
                 f" ({result.reason})" if result.reason else "",
-                extra={"app_trigger": trigger, "app_ok": result.ok},
+                extra={"app_trigger": source, "app_ok": result.ok},
             )
             return result
 
-        broker = run_broker_in_thread(
+        broker = trigger.run_broker_in_thread(
             config.socket, run, capacity=16, payload_type=Request, stop=stop
         )
         log.info("listening for triggers on %s", config.socket)
@@ -393,7 +404,7 @@ def main_daemon(config: Config) -> int:
                 name = "startup run" if next(ticks) == 0 else "tick"
                 try:
                     job = broker.submit(Request(), trigger=name)
-                except QueueFull:
+                except trigger.QueueFull:
                     log.warning("run queue is full; skipping this %s", name)
                     return
                 job.result()  # the interval is the gap after this run ends
@@ -407,26 +418,19 @@ def main_daemon(config: Config) -> int:
         finally:
             failure = stop_broker(broker)
     if failure is not None:
-        log.error("trigger broker died: %s; exiting", describe_failure(failure))
+        log.error("trigger broker died: %s: %s; exiting", type(failure).__name__, failure)
         return 1
     log.info("stopped: every accepted trigger has its result, exiting")
     return 0
 
 
-def stop_broker(broker: BrokerThread[Request]) -> BaseException | None:
+def stop_broker(broker: trigger.BrokerThread[Request]) -> BaseException | None:
     """Stop accepting, close the queue, drain, answer everyone; what killed the broker, if any."""
     try:
         broker.stop()
     except Exception as exc:  # the broker died: its run's exception
         return exc
     return None
-
-
-def describe_failure(error: BaseException) -> str:
-    """One line for what ended the broker."""
-    return (
-        describe(error) if isinstance(error, ExclusiveError) else f"{type(error).__name__}: {error}"
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
