@@ -41,7 +41,10 @@ A page (a Markdown file under ``docs/``) may show code in four ways, and no othe
     shows nothing (a code host's Markdown view). The line before the block
     names what it shows: ``<!-- excerpt: examples/jobrunner.py main_run -->``
     (a top-level function or class, or ``Class.method``), or the whole file
-    without a name. The block must equal that code.
+    without a name. The block must equal that code. An excerpt alone does not
+    run, so the visible line above the marker says which file it comes from
+    and links to it (``From [`docs/examples/jobrunner.py`](examples/jobrunner.py):``):
+    on a code host the link opens the file, on the built site it downloads it.
 ``text``
     A diagram or a file's content; nothing to run.
 
@@ -337,6 +340,21 @@ def test_excerpt_equals_the_example_file(block: Block) -> None:
     assert expected == block.body, (
         f"{block.id} shows {file} {name} as it no longer is: paste the file's current "
         f"code into the page\n{diff}"
+    )
+
+
+@pytest.mark.parametrize("block", EXCERPTS, ids=block_id)
+def test_an_excerpt_says_which_file_it_is_from(block: Block) -> None:
+    """An excerpt does not run pasted alone: the line above it names its file, with a link."""
+    kind, value = block.marker or ("", "")
+    file = value.partition(" ")[0]
+    text = block.page.read_text(encoding="utf-8")
+    lines = text.splitlines()[: block.line - 2]  # the lines above the marker comment
+    above = next((line for line in reversed(lines) if line.strip()), "")
+    wanted = f"From [`docs/examples/{Path(file).name}`]({file}):"
+    assert ("excerpt", wanted) == (kind, above.strip()), (
+        f"{block.id}: write `{wanted}` on its own line above the excerpt marker, so that a "
+        "reader who pastes the block knows where the rest of it is"
     )
 
 

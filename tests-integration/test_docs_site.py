@@ -192,3 +192,33 @@ def test_the_spec_is_not_mentioned(path: Path) -> None:
     text = " ".join("".join(Page(path).text).split())
     found = re.findall(r"[^.]*\b[Tt]he spec\b[^.]*", text)
     assert [] == found, "say 'the Go library' (github.com/cplieger/scheduler, v4) instead"
+
+
+def excerpted_files(path: Path) -> set[str]:
+    """The example files the source of a built page shows excerpts of (their names)."""
+    source = ROOT / "docs" / path.relative_to(HTML).with_suffix(".md")
+    if not source.is_file():
+        return set()
+    text = source.read_text(encoding="utf-8")
+    return {Path(f).name for f in re.findall(r"<!--\s*excerpt:\s*(\S+)", text)}
+
+
+@pytest.mark.parametrize("path", [p for p in pages() if excerpted_files(p)], ids=page_id)
+def test_an_excerpted_example_is_one_click_away(path: Path) -> None:
+    """A page that shows excerpts links to each whole example file, served by the site
+    itself (a download of the very file), so that a reader gets what the blocks come from."""
+    hrefs = re.findall(r'href="([^"#]+)"', path.read_text(encoding="utf-8"))
+    served = {
+        (path.parent / href).resolve()
+        for href in hrefs
+        if "://" not in href and (path.parent / href).resolve().is_file()
+    }
+    examples = ROOT / "docs" / "examples"
+    missing = [
+        name
+        for name in sorted(excerpted_files(path))
+        if not any(
+            f.name == name and f.read_bytes() == (examples / name).read_bytes() for f in served
+        )
+    ]
+    assert [] == missing, "link each excerpt's file: From [`docs/examples/F`](examples/F):"
