@@ -273,6 +273,36 @@ def test_logs_the_sigkill_escalation_with_structured_fields() -> None:
     assert "100ms" == kills[0].sched_grace  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("kill_group", [False, True])
+def test_a_line_carries_sched_pgid_only_for_a_group(kill_group: bool) -> None:
+    """``sched_pgid`` is the group's id on a ``kill_group`` run's lines and absent
+    otherwise (a ``key=value`` formatter showed ``sched_pgid=None``)."""
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger(f"test_sched_cmd_pgid_{kill_group}")
+    handler = _Collect(records)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        with report() as pipe:
+            stop = _stop_when_ready(pipe)
+            result = run(
+                child(pipe, TERM_EXITS, READY, SLEEP),
+                stop=stop,
+                grace=DEADLINE,
+                kill_group=kill_group,
+                logger=logger,
+                pass_fds=[pipe.write_fd],
+            )
+    finally:
+        logger.removeHandler(handler)
+    assert -signal.SIGTERM == result.returncode
+    assert records, "the stop logs its SIGTERM line"
+    pid = records[0].sched_pid  # type: ignore[attr-defined]
+    expected = [pid if kill_group else "absent"] * len(records)
+    assert expected == [getattr(r, "sched_pgid", "absent") for r in records]
+
+
 def test_non_positive_grace_uses_the_default() -> None:
     """grace <= 0 means DEFAULT_GRACE (5 s), as the Go library's NewCommandRunner does."""
     assert timedelta(seconds=5) == sched_cmd.DEFAULT_GRACE

@@ -413,13 +413,13 @@ class _Session:
         )
 
     def _extra(self, sig: signal.Signals, reason: str) -> dict[str, Any]:
-        return {
-            "sched_pid": self.proc.pid,
-            "sched_pgid": self.child.pgid,
-            "sched_signal": sig.name,
-            "sched_reason": reason,
-            "sched_grace": go_duration(self.options.grace),
-        }
+        extra: dict[str, Any] = {"sched_pid": self.proc.pid}
+        if self.child.pgid is not None:  # a kill_group run only: never sched_pgid=None
+            extra["sched_pgid"] = self.child.pgid
+        extra.update(
+            sched_signal=sig.name, sched_reason=reason, sched_grace=go_duration(self.options.grace)
+        )
+        return extra
 
     def _on_exit(self) -> None:
         self.selector.unregister(self.child.exit_fd())
