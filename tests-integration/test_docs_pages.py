@@ -207,3 +207,86 @@ def test_the_spec_is_not_mentioned(path: Path) -> None:
     """A reader does not know "the spec": say "the Go library"."""
     found = re.findall(r".*\b[Tt]he spec\b.*", path.read_text(encoding="utf-8"))
     assert [] == found, "say 'the Go library' (github.com/cplieger/scheduler, v4) instead"
+
+
+#: Every page a reader sees: the site's pages, the repository's and the packages' READMEs.
+READER_PAGES = sorted(
+    [
+        *(p for p in DOCS.rglob("*.md") if not {"_build", "performance"} & set(p.parts)),
+        ROOT / "README.md",
+        *(ROOT / "packages").glob("*/README.md"),
+    ]
+)
+
+
+def prose(path: Path) -> str:
+    """A page's text without its fenced code blocks."""
+    text = path.read_text(encoding="utf-8")
+    return re.sub(r"^(```+)[^\n]*\n.*?^\1[ \t]*$", "", text, flags=re.M | re.S)
+
+
+def code_of(path: Path) -> str:
+    """The code a page shows: its fenced blocks, or the whole file for an example."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".py":
+        return text
+    return "\n".join(m[2] for m in re.finditer(r"^(```+)[^\n]*\n(.*?)^\1[ \t]*$", text, re.M | re.S))
+
+
+@pytest.mark.parametrize("path", READER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_code_span_is_glued_to_a_word(path: Path) -> None:
+    """An inline code span followed by letters renders apart from them (`` `docker exec`s ``
+    shows as "docker exec s"): reword ("runs with `docker exec`")."""
+    text = prose(path)
+    glued = [
+        text[m.start() : m.end() + 3]
+        for m in re.finditer(r"`[^`]+`", text)
+        if re.match(r"\w", text[m.end() : m.end() + 1])
+    ]
+    assert [] == glued
+
+
+NUMBERS = {"ten": 10, "fifteen": 15, "twenty": 20, "twenty-five": 25, "thirty": 30, "forty": 40}
+
+
+@pytest.mark.parametrize("path", READER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_heading_that_counts_lines_is_true(path: Path) -> None:
+    """"X in N lines": the first code block under the heading has at most N lines of code."""
+    text = path.read_text(encoding="utf-8")
+    wrong = []
+    for heading in re.finditer(r"^#+ .*\bin ([\w-]+) lines\b.*$", text, re.M | re.I):
+        word = heading[1].lower()
+        count = int(word) if word.isdigit() else NUMBERS[word]
+        block = re.search(r"^(```+)[^\n]*\n(.*?)^\1[ \t]*$", text[heading.end() :], re.M | re.S)
+        assert block is not None, heading[0]
+        code = [
+            line.removeprefix(">>> ").removeprefix("... ")
+            for line in block[2].splitlines()
+            if line.startswith((">>> ", "... ")) or "{doctest}" not in block[0]
+        ]
+        shown = len([line for line in code if line.strip()])
+        if shown > count:
+            wrong.append(f"{heading[0]!r}: {shown} lines of code")
+    assert [] == wrong
+
+
+EXAMPLES = sorted((DOCS / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize(
+    "path", READER_PAGES + EXAMPLES, ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_names_that_collide_are_module_qualified(path: Path) -> None:
+    """Pages and examples use the Go library's names module-qualified, as Go code does:
+    ``import sched_trigger as trigger`` then ``trigger.Outcome`` (never ``from sched_trigger
+    import``), and ``sched_exclusive``'s ``Outcome`` as ``exclusive.Outcome``, so that
+    neither ``Outcome`` (an enum here, a result there) nor ``trigger.Event`` (a wire event)
+    reads as another one."""
+    code = code_of(path)
+    found = re.findall(r"from sched_trigger import [^\n]+", code)
+    found += [
+        m[0]
+        for m in re.finditer(r"from sched_exclusive import ([^\n]+)", code)
+        if re.search(r"\bOutcome\b", m[1])
+    ]
+    assert [] == found, "write `import sched_trigger as trigger` (`trigger.Outcome`, ...)"

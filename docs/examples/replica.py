@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from sched_exclusive import Exclusive, ExclusiveError, Outcome, lock_lost
+import sched_exclusive as exclusive
 
 
 def build_report() -> str:
@@ -38,7 +38,7 @@ def cycle() -> None:
     lock with it) is gone, so the last look comes right before the step that
     cannot be undone.
     """
-    lost = lock_lost()
+    lost = exclusive.lock_lost()
     report = build_report()
     if lost.is_set():
         raise RuntimeError("the cycle lock was lost: not publishing")
@@ -47,15 +47,15 @@ def cycle() -> None:
 
 def main() -> int:
     """Run one cycle here, or queue it behind the replica whose cycle is running."""
-    ex = Exclusive.postgres(
+    ex = exclusive.Exclusive.postgres(
         os.environ.get("JOB_POSTGRES", ""), os.environ.get("JOB_NAME", "nightly-report")
     )
     try:
         outcome = ex.run(cycle)
-    except ExclusiveError as exc:
+    except exclusive.ExclusiveError as exc:
         print(f"poll: {exc.outcome}: {exc}", file=sys.stderr)
         # A request recorded before a later step failed still stands.
-        return 0 if exc.outcome is Outcome.QUEUED else 1
+        return 0 if exc.outcome is exclusive.Outcome.QUEUED else 1
     print(f"poll: {outcome}", flush=True)
     return 0
 
