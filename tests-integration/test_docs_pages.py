@@ -230,7 +230,8 @@ def code_of(path: Path) -> str:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".py":
         return text
-    return "\n".join(m[2] for m in re.finditer(r"^(```+)[^\n]*\n(.*?)^\1[ \t]*$", text, re.M | re.S))
+    fences = re.finditer(r"^(```+)[^\n]*\n(.*?)^\1[ \t]*$", text, re.M | re.S)
+    return "\n".join(m[2] for m in fences)
 
 
 @pytest.mark.parametrize("path", READER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -251,7 +252,7 @@ NUMBERS = {"ten": 10, "fifteen": 15, "twenty": 20, "twenty-five": 25, "thirty": 
 
 @pytest.mark.parametrize("path", READER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_heading_that_counts_lines_is_true(path: Path) -> None:
-    """"X in N lines": the first code block under the heading has at most N lines of code."""
+    """ "X in N lines": the first code block under the heading has at most N lines of code."""
     text = path.read_text(encoding="utf-8")
     wrong = []
     for heading in re.finditer(r"^#+ .*\bin ([\w-]+) lines\b.*$", text, re.M | re.I):
@@ -273,9 +274,7 @@ def test_a_heading_that_counts_lines_is_true(path: Path) -> None:
 EXAMPLES = sorted((DOCS / "examples").glob("*.py"))
 
 
-@pytest.mark.parametrize(
-    "path", READER_PAGES + EXAMPLES, ids=lambda p: str(p.relative_to(ROOT))
-)
+@pytest.mark.parametrize("path", READER_PAGES + EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_names_that_collide_are_module_qualified(path: Path) -> None:
     """Pages and examples use the Go library's names module-qualified, as Go code does:
     ``import sched_trigger as trigger`` then ``trigger.Outcome`` (never ``from sched_trigger

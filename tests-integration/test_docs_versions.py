@@ -25,7 +25,8 @@ def _load_checker() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "sched_versions", DOCS / "_ext" / "sched_versions.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -64,9 +65,10 @@ def test_no_page_marks_a_version_above_every_package() -> None:
         if "_build" in page.parts:
             continue
         version = versions.get(page.stem, newest) if page.parent.name == "packages" else newest
-        found += [f"{page.relative_to(ROOT)}: {m}" for m in CHECKER.markers_above(
-            page.read_text(encoding="utf-8"), version
-        )]
+        found += [
+            f"{page.relative_to(ROOT)}: {m}"
+            for m in CHECKER.markers_above(page.read_text(encoding="utf-8"), version)
+        ]
     assert [] == found
 
 

@@ -242,9 +242,7 @@ def guarded(
         causes = getattr(exc, "exceptions", [exc])
         if all(isinstance(cause, CycleStopped) for cause in causes):
             # SIGTERM ended the cycle: that is the drain working, not a fault.
-            log.info(
-                "%s (outcome %s)", causes[0], exc.outcome, extra={"app_outcome": exc.outcome}
-            )
+            log.info("%s (outcome %s)", causes[0], exc.outcome, extra={"app_outcome": exc.outcome})
         else:
             log.error("cycle failed: %s", exc, extra={"app_outcome": exc.outcome})
         return exc.outcome, exc

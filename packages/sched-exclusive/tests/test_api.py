@@ -93,7 +93,8 @@ def test_a_directory_that_is_not_there_is_refused_at_construction(
     with pytest.raises(CoordinationError) as info:
         Exclusive(tmp_path / where)
     path = str(tmp_path / where)
-    assert (number, path, Outcome.NONE) == (info.value.errno, info.value.filename, info.value.outcome)
+    error = info.value
+    assert (number, path, Outcome.NONE) == (error.errno, error.filename, error.outcome)
     assert f"[Errno {number}] Exclusive's directory {why}: {path!r}" == str(info.value)
     assert not (tmp_path / "missing").exists()
 

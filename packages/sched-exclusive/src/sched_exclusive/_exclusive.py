@@ -75,13 +75,15 @@ def _existing_directory(directory: str) -> str:
     nobody.
     """
     try:
-        mode = os.stat(directory).st_mode
+        mode = os.stat(directory).st_mode  # noqa: PTH116 - a str path, as the backend's
     except OSError as exc:
         why = "does not exist" if exc.errno == errno.ENOENT else f"cannot be used: {exc.strerror}"
         number = exc.errno if exc.errno is not None else errno.EIO
         raise CoordinationError(number, f"Exclusive's directory {why}", directory) from exc
     if not stat.S_ISDIR(mode):
-        raise CoordinationError(errno.ENOTDIR, "Exclusive's directory is not a directory", directory)
+        raise CoordinationError(
+            errno.ENOTDIR, "Exclusive's directory is not a directory", directory
+        )
     return directory
 
 

@@ -96,8 +96,7 @@ def _say(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (the console script exits with it).
-    """
+    """Run the CLI; returns the exit status (the console script exits with it)."""
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
