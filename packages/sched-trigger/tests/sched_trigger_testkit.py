@@ -185,11 +185,11 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
 
 
 def go_string_model(value: str) -> str:
-    """Quote *value* the way Go 1.22+'s encoder writes a string, character by character.
+    """Quote *value* the way Go 1.27+'s encoder writes a string, character by character.
 
     Written from Go's ``appendString``, independently of the library: a lone
-    surrogate (an undecodable byte) becomes ``\\ufffd`` as Go writes each
-    invalid UTF-8 byte.
+    surrogate (an undecodable byte) becomes a raw U+FFFD, as Go 1.27 writes
+    each invalid UTF-8 byte.
     """
     short = {
         '"': '\\"',
@@ -210,7 +210,7 @@ def go_string_model(value: str) -> str:
         elif code in (0x2028, 0x2029):
             out.append(f"\\u{code:04x}")
         elif 0xD800 <= code <= 0xDFFF:
-            out.append("\\ufffd")
+            out.append("\ufffd")
         else:
             out.append(ch)
     out.append('"')

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import pickle
 import random
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sched_trigger_go import find_go
 from sched_trigger_testkit import go_event_model, json_values, wire_text
 
 from sched_trigger import Event
@@ -41,10 +41,14 @@ def test_go_escapes_html_and_line_separators() -> None:
     assert expected == go_quote("<a> & \u2028\u2029 é ☃ \n\t\b\f\x01\x7f")
 
 
-def test_lone_surrogates_become_replacement_escapes() -> None:
-    """A lone surrogate (an undecodable byte) is written as \\ufffd, keeping the line UTF-8."""
-    assert '"a\\ufffdb\\ufffd"' == go_quote("a\udcffb\ud800")
-    encode_event("done", False, "\udc80").decode("utf-8")
+def test_lone_surrogates_become_raw_replacement_characters() -> None:
+    """A lone surrogate (an undecodable byte) is written as a raw U+FFFD, as Go 1.27 writes an
+    invalid byte (not the \\ufffd escape of older Go), keeping the line UTF-8."""
+    assert '"a\ufffdb\ufffd"' == go_quote("a\udcffb\ud800")
+    assert b'{"event":"done","reason":"\xef\xbf\xbd","ok":false}\n' == encode_event(
+        "done", False, "\udc80"
+    )
+    assert b'{"\xef\xbf\xbd":["\xef\xbf\xbd"]}\n' == encode_payload({"\udc80": ["\ud800"]})
 
 
 @given(kind=wire_text, reason=wire_text, duration_ms=st.integers(0, 2**53), ok=st.booleans())
@@ -168,47 +172,20 @@ def test_payload_encoding_round_trips(value: object) -> None:
     assert value == json.loads(line)
 
 
-def _go_binary(tmp: Path) -> Path:
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("no Go toolchain to compare against")
-    binary = tmp / "go_wire"
-    subprocess.run(
-        [go, "build", "-o", str(binary), str(GO_WIRE)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-        env={
-            "GOCACHE": str(tmp / "cache"),
-            "GOPATH": str(tmp / "gopath"),
-            "HOME": str(tmp),
-            "PATH": "/usr/bin:/bin",
-            "GOFLAGS": "-mod=mod",
-            "GO111MODULE": "off",
-        },
-    )
-    return binary
-
-
-def _go_minor(go: str) -> int:
-    version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
-    return int(version.stdout.strip().removeprefix("go").split(".")[1])
-
-
 def test_encoding_matches_the_real_go_encoder() -> None:
-    """Where a Go toolchain exists, its encoding/json writes the very same bytes.
+    """Go's own encoding/json (Go 1.27 or newer, the Go library's floor) writes the very
+    same bytes.
 
     Strings are drawn as raw bytes (invalid UTF-8 included, as undecodable
-    bytes reach Python as lone surrogates). Go before 1.22 wrote \\b and \\f
-    as \\u0008 and \\u000c; those two are left out when comparing against it.
+    bytes reach Python as lone surrogates: Go 1.27 writes each invalid byte as
+    a raw U+FFFD), as an event's reason and in a request payload, as a key and
+    as a value.
     """
+    toolchain = find_go()
     with tempfile.TemporaryDirectory() as tmp:
-        binary = _go_binary(Path(tmp))
-        go = shutil.which("go")
-        assert go is not None
-        old_go = _go_minor(go) < 22
+        binary = toolchain.build(GO_WIRE, Path(tmp))
         rng = random.Random(20261202)
-        alphabet = bytes(b for b in range(256) if not old_go or b not in (8, 12))
+        alphabet = bytes(range(256))
         # Bytes around the interesting ranges: ASCII controls, HTML, UTF-8 lead and tail bytes.
         samples = [
             bytes(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(300)
@@ -229,7 +206,9 @@ def test_encoding_matches_the_real_go_encoder() -> None:
             check=True,
             timeout=60,
         ).stdout.splitlines(keepends=True)
-        ours = [
-            encode_event("done", True, r.decode("utf-8", "surrogateescape"), 7) for r in reasons
-        ]
+        ours = []
+        for reason in reasons:
+            text = reason.decode("utf-8", "surrogateescape")
+            ours.append(encode_event("done", True, text, 7))
+            ours.append(encode_payload({text: [text]}))
         assert go_out == ours

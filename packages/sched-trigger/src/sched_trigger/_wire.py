@@ -8,8 +8,9 @@ escapes them: ``<``, ``>``, ``&``, U+2028 and U+2029 as ``\\u`` escapes, the
 other control characters as Python's ``json`` does (Go 1.22 and later agree on
 ``\\b``, ``\\f``, ``\\n``, ``\\r``, ``\\t`` and ``\\u00XX``), every other
 non-ASCII character as raw UTF-8. A lone surrogate, which has no UTF-8 form (it
-stands for an undecodable byte), is written as ``\\ufffd``, as Go writes each
-invalid UTF-8 byte.
+stands for an undecodable byte), is written as a raw U+FFFD, as Go 1.27 (the
+Go library's floor) writes each invalid UTF-8 byte; older Go wrote the
+``\\ufffd`` escape.
 
 Lines are decoded as Go's ``encoding/json`` decodes them (helpers the server's
 request decoding shares): invalid UTF-8 becomes U+FFFD, one per byte, and so
@@ -69,7 +70,7 @@ _go_special: re.Pattern[str] | None = None
 
 
 def _go_escape(match: re.Match[str]) -> str:
-    return _GO_ESCAPES.get(match.group(), "\\ufffd")
+    return _GO_ESCAPES.get(match.group(), "\ufffd")  # a lone surrogate: Go 1.27's raw U+FFFD
 
 
 def _go_fix(text: str) -> str:
