@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import pwd
+import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -12,12 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sched_trigger_testkit import DEADLINE, RawServer, in_thread, run_async, socket_dir
+from sched_trigger_testkit import (
+    DEADLINE,
+    RawServer,
+    foreign_server,
+    in_thread,
+    received,
+    run_async,
+    socket_dir,
+)
 
 from sched_trigger import (
     DIAL_TIMEOUT,
     ConnectionLost,
     Event,
+    Outcome,
     SendFailed,
     SubmitCancelled,
     SubmitTimeout,
@@ -25,6 +37,7 @@ from sched_trigger import (
     Unreachable,
     _client,
     asubmit,
+    run_broker_in_thread,
     submit,
 )
 
@@ -44,7 +57,16 @@ def async_submit(*args: Any, **kwargs: Any) -> Event:
     return result
 
 
-BOTH = pytest.mark.parametrize("call", [sync_submit, async_submit], ids=["submit", "asubmit"])
+def uvloop_submit(*args: Any, **kwargs: Any) -> Event:
+    result: Event = run_async(asubmit(*args, **kwargs), loop="uvloop")
+    return result
+
+
+BOTH = pytest.mark.parametrize(
+    "call",
+    [sync_submit, async_submit, uvloop_submit],
+    ids=["submit", "asubmit", "asubmit-uvloop"],
+)
 
 
 def test_dial_timeout_is_five_seconds() -> None:
@@ -185,38 +207,109 @@ def test_bad_payloads_fail_before_connecting(call: Submit) -> None:
             call(Path(tmp) / "nowhere", {}, timeout=float("nan"))
 
 
-def test_a_full_backlog_is_retried_within_the_dial_bound() -> None:
+def full_backlog(path: str) -> tuple[socket.socket, list[socket.socket]]:
+    """A listener on *path* whose accept backlog is full, and the connections filling it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    fillers: list[socket.socket] = []
+    while True:  # fill the backlog until the kernel refuses with EAGAIN
+        filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        filler.setblocking(False)
+        try:
+            filler.connect(path)
+        except BlockingIOError:
+            filler.close()
+            return listener, fillers
+        fillers.append(filler)
+
+
+def make_room_and_answer(listener: socket.socket, fillers: list[socket.socket]) -> None:
+    """Accept the connections filling the backlog, then the next one, and answer it DONE."""
+    listener.settimeout(DEADLINE)
+    for _ in fillers:
+        listener.accept()[0].close()
+    conn, _ = listener.accept()
+    with conn:
+        conn.recv(100)
+        conn.sendall(DONE)
+
+
+@BOTH
+def test_a_full_backlog_is_retried_within_the_dial_bound(call: Submit) -> None:
     """While the accept backlog is full the connect is retried, and succeeds once there is room."""
     with socket_dir() as tmp:
         path = str(Path(tmp) / "s")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(0)
-        fillers = []
+        listener, fillers = full_backlog(path)
         try:
-            while True:  # fill the backlog until the kernel refuses with EAGAIN
-                filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                filler.setblocking(False)
-                try:
-                    filler.connect(path)
-                except BlockingIOError:
-                    filler.close()
-                    break
-                fillers.append(filler)
-            thread, box = in_thread(lambda: submit(path, {}))
-            listener.settimeout(DEADLINE)
-            for _ in fillers:
-                listener.accept()[0].close()
-            conn, _ = listener.accept()
-            with conn:
-                conn.recv(100)
-                conn.sendall(DONE)
+            thread, box = in_thread(lambda: call(path, {}))
+            make_room_and_answer(listener, fillers)
             thread.join(DEADLINE)
         finally:
             for filler in fillers:
                 filler.close()
             listener.close()
     assert [Event("done", "fine", 12, True)] == box
+
+
+def _waits_for_backlog_room(thread_id: int) -> bool:
+    """Whether the thread sleeps in the kernel waiting for room in a unix accept backlog."""
+    wchan = Path(f"/proc/self/task/{thread_id}/wchan")
+    return wchan.read_text() == "unix_wait_for_peer"
+
+
+def _poll(condition: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        # sleep-ok: polls the kernel's record of where a thread sleeps; nothing signals it
+        time.sleep(0.001)
+    return True
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the connect waits in the kernel on Linux")
+def test_a_signal_during_a_connect_waiting_for_the_backlog_is_not_a_connection() -> None:
+    """A signal handled while the connect waits in the kernel for room in a full backlog
+    makes Python report the connect done on a socket that is not connected (PEP 475
+    waits for writability, which an unconnected unix socket has at once): submit keeps
+    waiting and gets its result instead of failing on a phantom connection."""
+    handled = threading.Semaphore(0)
+    main = threading.get_ident()
+    main_task = threading.get_native_id()
+    finished = threading.Event()
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handled.release())
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "s")
+        listener, fillers = full_backlog(path)
+        try:
+
+            def interrupt_then_serve() -> None:
+                # Interrupt the connect while it waits in the kernel (the handler
+                # runs on the main thread, inside submit) ...
+                assert _poll(lambda: _waits_for_backlog_room(main_task))
+                signal.pthread_kill(main, signal.SIGUSR1)
+                assert handled.acquire(timeout=DEADLINE)
+                # ... and make room once it waits again (a phantom connection ends
+                # submit instead).
+                assert _poll(lambda: finished.is_set() or _waits_for_backlog_room(main_task))
+                if finished.is_set():
+                    return
+                make_room_and_answer(listener, fillers)
+
+            thread, box = in_thread(interrupt_then_serve)
+            try:
+                final = submit(path, {})
+            finally:
+                finished.set()
+                thread.join(DEADLINE)
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+            for filler in fillers:
+                filler.close()
+            listener.close()
+    assert [None] == box
+    assert Event("done", "fine", 12, True) == final
 
 
 def test_a_backlog_full_for_the_whole_dial_bound_is_unreachable(
@@ -226,20 +319,8 @@ def test_a_backlog_full_for_the_whole_dial_bound_is_unreachable(
     monkeypatch.setattr(_client, "_DIAL_SECONDS", 0.05)
     with socket_dir() as tmp:
         path = str(Path(tmp) / "s")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(0)
-        fillers = []
+        listener, fillers = full_backlog(path)
         try:
-            while True:
-                filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                filler.setblocking(False)
-                try:
-                    filler.connect(path)
-                except BlockingIOError:
-                    filler.close()
-                    break
-                fillers.append(filler)
             with pytest.raises(Unreachable) as caught:
                 submit(path, {})
         finally:
@@ -378,3 +459,67 @@ def test_stop_and_timeout_together_whichever_comes_first() -> None:
             assert server.client_left.wait(DEADLINE)
         finally:
             server.close()
+
+
+# --- the twins agree, and nothing escapes as a bare Python error ------------------------
+
+
+@BOTH
+def test_an_oversized_request_gets_the_daemons_own_answer(call: Submit) -> None:
+    """A request over the daemon's size cap is answered ``undecodable request`` by the daemon,
+    and both twins return that answer (asubmit reported SendFailed: the twins must agree)."""
+    runs: list[object] = []
+
+    def run(stop: threading.Event, trigger: str, payload: object) -> Outcome:
+        runs.append(payload)
+        return Outcome(True)
+
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "d.sock")
+        with run_broker_in_thread(path, run):
+            final = call(path, {"blob": "x" * (9 * 1024 * 1024)})
+    assert Event("done", "undecodable request", 0, False) == final
+    assert [] == runs
+
+
+def _nested(depth: int) -> object:
+    value: object = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@BOTH
+def test_a_payload_nested_too_deeply_to_encode_is_a_value_error(call: Submit) -> None:
+    """A 5,000-deep payload is a ValueError naming the problem, raised before connecting (it
+    was a bare RecursionError)."""
+    with socket_dir() as tmp, pytest.raises(ValueError, match="nests too deeply") as caught:
+        call(Path(tmp) / "nowhere", _nested(5_000))
+    assert not isinstance(caught.value, RecursionError)
+
+
+# --- whose socket is it ----------------------------------------------------------------
+
+
+@BOTH
+def test_a_socket_of_another_user_gets_nothing(call: Submit) -> None:
+    """A socket served by another user (planted by ``nobody``) is refused before anything is
+    sent: Unreachable (EPERM) naming its uid, and the listener receives not one byte."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    with socket_dir() as tmp, foreign_server(tmp) as (path, child):
+        with pytest.raises(Unreachable) as caught:
+            call(path, {"token": "s3cr3t"})
+        assert b"" == received(child)
+    assert errno.EPERM == caught.value.errno
+    assert f"uid {nobody}" in str(caught.value)
+    assert path == caught.value.filename
+
+
+@BOTH
+def test_owner_trusts_a_deliberately_cross_user_daemon(call: Submit) -> None:
+    """``owner=`` names the daemon's uid for a deliberate cross-user setup: the request goes."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    with socket_dir() as tmp, foreign_server(tmp) as (path, child):
+        final = call(path, {"n": 1}, owner=nobody)
+        assert b'{"n":1}\n' == received(child)
+    assert Event("done", "served by another user", 0, True) == final
