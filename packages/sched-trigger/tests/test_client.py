@@ -36,10 +36,13 @@ from sched_trigger import (
     TriggerError,
     Unreachable,
     _client,
+    _wire,
     asubmit,
     run_broker_in_thread,
     submit,
 )
+from sched_trigger._client import LINE_LIMIT
+from sched_trigger._wire import encode_event
 
 QUEUED = b'{"event":"queued","ok":false}\n'
 STARTED = b'{"event":"started","ok":false}\n'
@@ -378,11 +381,12 @@ def test_a_deeply_nested_event_line_is_a_protocol_error(call: Submit) -> None:
     """A line nested past the parser's depth is the package's protocol error, never a
     RecursionError escaping to the caller."""
     with socket_dir() as tmp:
-        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 500_000 + b"\n"])
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 60_000 + b"\n"])
         try:
             with pytest.raises(ConnectionLost) as caught:
                 call(server.path, {})
             assert errno.EPROTO == caught.value.errno
+            assert "malformed event line" in str(caught.value)
         finally:
             server.close()
 
@@ -393,10 +397,89 @@ def test_an_endless_event_line_is_connection_lost(call: Submit) -> None:
     with socket_dir() as tmp:
         server = RawServer(str(Path(tmp) / "s"), [b"x" * (2 * 1024 * 1024)])
         try:
-            with pytest.raises(ConnectionLost):
+            with pytest.raises(ConnectionLost) as caught:
                 call(server.path, {})
         finally:
             server.close()
+    assert errno.EPROTO == caught.value.errno
+
+
+#: The longest event line a daemon sends, its newline included (the server's
+#: ``MAX_EVENT_LINE``): a longer reason is cut to fit.
+MAX_EVENT_LINE = 64 * 1024
+
+
+def _largest_done(duration_ms: int) -> Event:
+    """A failed ``done`` whose line is exactly MAX_EVENT_LINE bytes, its reason made of the
+    characters Go's escaping grows most (``<`` becomes six bytes)."""
+    room = MAX_EVENT_LINE - (len(encode_event("done", False, "x", duration_ms)) - 1)
+    reason = "<" * (room // 6) + "x" * (room % 6)
+    event = Event("done", reason, duration_ms, False)
+    assert MAX_EVENT_LINE == len(event.encode())
+    return event
+
+
+@BOTH
+def test_the_largest_event_line_a_daemon_sends_is_read(call: Submit) -> None:
+    """A real daemon whose run failed with the longest reason it sends whole: the client
+    returns that result (the line is exactly the cap, the newline included)."""
+    largest = _largest_done(1500)
+
+    def run(stop: threading.Event, trigger: str, payload: object) -> Outcome:
+        return Outcome(False, largest.reason, 1.5)
+
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "d.sock")
+        with run_broker_in_thread(path, run):
+            final = call(path, {})
+    assert largest == final
+
+
+@BOTH
+def test_a_line_one_byte_over_the_cap_is_a_protocol_error(call: Submit) -> None:
+    """A hand-written daemon that sends a ``done`` line one byte longer than any daemon
+    writes gets a clear protocol error (ConnectionLost, EPROTO, naming the cap) from both
+    twins alike, after the lines before it were relayed."""
+    largest = _largest_done(7)
+    over = Event("done", largest.reason + "x", 7, False).encode()
+    assert MAX_EVENT_LINE + 1 == len(over)
+    with socket_dir() as tmp:
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED, over])
+        seen: list[Event] = []
+        try:
+            with pytest.raises(ConnectionLost) as caught:
+                call(server.path, {}, seen.append)
+        finally:
+            server.close()
+    assert [Event("queued")] == seen
+    assert errno.EPROTO == caught.value.errno
+    assert "daemon sent an event line over 65,536 bytes" in str(caught.value)
+
+
+@BOTH
+def test_a_reason_over_a_mebibyte_still_delivers_the_result(call: Submit) -> None:
+    """A run that fails with a 2 MiB reason: the daemon cuts the reason to fit its line cap
+    and says so, and the client gets the run's result (both clients used to lose it)."""
+    if not hasattr(_wire, "MAX_EVENT_LINE"):
+        pytest.skip("this daemon does not cut long reasons yet (the server's half of item 2.5)")
+    reason = "boom " * (400 * 1024)
+
+    def run(stop: threading.Event, trigger: str, payload: object) -> Outcome:
+        return Outcome(False, reason, 2.0)
+
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "d.sock")
+        with run_broker_in_thread(path, run):
+            final = call(path, {})
+    assert (False, 2000) == (final.ok, final.duration_ms)
+    assert final.reason.endswith(f" [reason truncated: {len(reason)} bytes]")
+    assert reason.startswith(final.reason.split(" [reason truncated")[0])
+    assert MAX_EVENT_LINE >= len(final.encode())
+
+
+def test_the_clients_line_cap_is_the_servers() -> None:
+    """The clients accept exactly the lines a daemon may send."""
+    assert getattr(_wire, "MAX_EVENT_LINE", MAX_EVENT_LINE) == MAX_EVENT_LINE == LINE_LIMIT
 
 
 @BOTH

@@ -65,8 +65,10 @@ def __getattr__(name: str) -> timedelta:
 
 
 _RELAYED = (EVENT_QUEUED, EVENT_STARTED)
-#: The longest event line the clients accept: a daemon never sends one this long.
-LINE_LIMIT = 1024 * 1024
+#: The longest event line the clients accept, its newline included (64 KiB): the
+#: server's cap on what it sends (it cuts a longer run reason to fit, and says so),
+#: and the longest line Go's ``bufio.Scanner`` reads by default.
+LINE_LIMIT = 64 * 1024
 # Connect failures that mean "nobody can take the request": no file, a stale
 # socket, a refused permission, a path that is not a socket.
 _RETRY_CONNECT = (errno.EAGAIN, errno.EWOULDBLOCK)
@@ -413,6 +415,8 @@ class EventLines:
         start = 0
         newline = buffer.find(b"\n", self._scanned)
         while newline >= 0:
+            if newline - start >= LINE_LIMIT:  # the newline makes it one byte too long
+                raise self._too_long()
             line = bytes(buffer[start:newline])
             start = newline + 1
             if line.strip():
@@ -427,11 +431,13 @@ class EventLines:
             newline = buffer.find(b"\n", start)
         del buffer[:start]
         self._scanned = len(buffer)
-        if len(buffer) > LINE_LIMIT:
-            raise ConnectionLost(
-                errno.EPROTO,
-                f"daemon sent an event line over {LINE_LIMIT:,} bytes, longer than any "
-                "a daemon writes",
-                self._path,
-            )
+        if len(buffer) >= LINE_LIMIT:  # no room left for the newline
+            raise self._too_long()
         return None
+
+    def _too_long(self) -> ConnectionLost:
+        return ConnectionLost(
+            errno.EPROTO,
+            f"daemon sent an event line over {LINE_LIMIT:,} bytes, longer than any daemon writes",
+            self._path,
+        )
