@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import pwd
 import signal
 import socket
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sched_trigger_testkit import (
     DEADLINE,
     RawServer,
@@ -23,6 +26,7 @@ from sched_trigger_testkit import (
     received,
     run_async,
     socket_dir,
+    wire_text,
 )
 
 from sched_trigger import (
@@ -606,3 +610,65 @@ def test_owner_trusts_a_deliberately_cross_user_daemon(call: Submit) -> None:
         final = call(path, {"n": 1}, owner=nobody)
         assert b'{"n":1}\n' == received(child)
     assert Event("done", "served by another user", 0, True) == final
+
+
+# --- the event-line reader both clients share, as a protocol ----------------------------
+
+_events = st.builds(
+    Event,
+    st.sampled_from(["queued", "started", "progress", "done"]),
+    wire_text.filter(lambda text: len(text) < 200),
+    st.integers(0, 2**53),
+    st.booleans(),
+)
+
+
+def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    """*data* split at *cuts*, with no empty chunk (an empty chunk means end of file)."""
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in itertools.pairwise(points) if b > a]
+
+
+@given(
+    before=st.lists(_events.filter(lambda e: e.kind != "done"), max_size=6),
+    final=_events.filter(lambda e: e.kind == "done"),
+    blank=st.sampled_from([b"", b"\n", b" \n"]),
+    after=st.binary(max_size=50),
+    cuts=st.lists(st.integers(0, 10_000), max_size=12),
+)
+def test_event_lines_read_the_same_however_the_bytes_are_split(
+    before: list[Event], final: Event, blank: bytes, after: bytes, cuts: list[int]
+) -> None:
+    """Whatever chunks the daemon's bytes arrive in, the reader relays the same queued and
+    started events, returns the first done, and ignores blank lines and what follows done."""
+    stream = b"".join(blank + e.encode() for e in before) + final.encode() + after
+    seen: list[Event] = []
+    lines = _client.EventLines("/d.sock", seen.append)
+    done = None
+    for chunk in _chunks(stream, cuts):  # as the clients read: until done arrives
+        done = lines.feed(chunk)
+        if done is not None:
+            break
+    assert Event.decode(final.encode()) == done
+    relayed = [Event.decode(e.encode()) for e in before if e.kind in ("queued", "started")]
+    assert relayed == seen
+
+
+@given(extra=st.integers(0, 3), cuts=st.lists(st.integers(0, 200_000), max_size=8))
+def test_event_lines_refuse_a_line_past_the_cap_however_split(extra: int, cuts: list[int]) -> None:
+    """A line one or more bytes past the cap is ConnectionLost (EPROTO), whether it arrives
+    whole, in pieces, or without its newline; the end of the stream before done is
+    ConnectionLost (ECONNRESET)."""
+    stream = b"x" * (LINE_LIMIT + extra) + (b"\n" if extra % 2 else b"")
+    lines = _client.EventLines("/d.sock", None)
+
+    def feed_all() -> None:
+        for chunk in _chunks(stream, cuts):
+            lines.feed(chunk)
+
+    with pytest.raises(ConnectionLost) as caught:
+        feed_all()
+    assert errno.EPROTO == caught.value.errno
+    with pytest.raises(ConnectionLost) as ended:
+        _client.EventLines("/d.sock", None).feed(b"")
+    assert errno.ECONNRESET == ended.value.errno
