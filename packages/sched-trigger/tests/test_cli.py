@@ -410,3 +410,21 @@ def test_the_stdin_cap_is_the_daemons_default_request_cap() -> None:
     """The CLI reads as much standard input as a daemon takes by default, no more."""
     default = inspect.signature(Server).parameters["max_request_size"].default
     assert default == MAX_REQUEST_SIZE
+
+
+def test_a_closed_stderr_still_gives_the_exit_status() -> None:
+    """With standard error closed (``2>&-``) the CLI has nowhere to say why, but still exits
+    with the documented status instead of crashing with 1."""
+    done = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            '"$0" -m sched_trigger /nowhere.sock 2>&-; echo "exit $?"',
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert "exit 2" == done.stdout.strip()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import itertools
+import os
 import pwd
+import resource
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -673,3 +676,35 @@ def test_event_lines_refuse_a_line_past_the_cap_however_split(extra: int, cuts: 
     with pytest.raises(ConnectionLost) as ended:
         _client.EventLines("/d.sock", None).feed(b"")
     assert errno.ECONNRESET == ended.value.errno
+
+
+@contextlib.contextmanager
+def no_free_descriptors() -> Iterator[None]:
+    """Lower this process's descriptor limit to its lowest free descriptor: the next open,
+    socket or pipe fails with EMFILE, as in a process that ran out of them."""
+    probe = os.open(os.devnull, os.O_RDONLY)  # the lowest free number
+    os.close(probe)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (probe, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_process_out_of_descriptors_is_unreachable_for_both_twins() -> None:
+    """A client that cannot get a socket (EMFILE) raises Unreachable, from submit and from
+    asubmit alike, not a bare OSError."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "d.sock")
+        with no_free_descriptors(), pytest.raises(Unreachable) as sync:
+            submit(path, {})
+
+        async def scenario() -> None:
+            with no_free_descriptors():
+                await asubmit(path, {})
+
+        with pytest.raises(Unreachable) as async_:
+            run_async(scenario())
+    assert errno.EMFILE == sync.value.errno == async_.value.errno
+    assert path == sync.value.filename == async_.value.filename

@@ -94,8 +94,18 @@ def format_ms(ms: int) -> str:
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(f"sched-trigger: {text}\n")
-    sys.stderr.flush()
+    _to_stderr(f"sched-trigger: {text}\n")
+
+
+def _to_stderr(text: str) -> None:
+    stream = sys.stderr
+    if stream is None:  # started with standard error closed: the exit status says it all
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        return  # a closed or broken standard error must not change the exit status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,7 +159,7 @@ def _main(args: list[str]) -> int:  # noqa: PLR0911 - one exit per status
 
 def _usage_error(problem: str) -> int:
     _say(problem)
-    sys.stderr.write(_USAGE)
+    _to_stderr(_USAGE)
     return EXIT_UNREACHABLE
 
 

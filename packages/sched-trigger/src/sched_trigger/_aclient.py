@@ -21,6 +21,7 @@ from ._client import (
     _timeout_seconds,
     _unreachable,
     check_owner,
+    new_socket,
     path_too_long,
 )
 from ._durations import Duration
@@ -130,7 +131,7 @@ async def _connect(loop: asyncio.AbstractEventLoop, path: str) -> socket.socket:
         raise Unreachable(errno.ENAMETOOLONG, problem, path)
     deadline = loop.time() + _DIAL_SECONDS
     delay = 0.001
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = new_socket(path)
     try:
         sock.setblocking(False)
         while True:

@@ -46,6 +46,7 @@ __all__ = [  # DIAL_TIMEOUT comes from __getattr__
     "MAX_PATH_BYTES",
     "EventLines",
     "check_owner",
+    "new_socket",
     "path_too_long",
     "submit",
 ]
@@ -125,7 +126,7 @@ def connect(path: str, deadline: float | None, stop: ThreadingEvent | None = Non
     kernel_waits = _KERNEL_WAIT and stop is None
     dial_deadline = time.monotonic() + _DIAL_SECONDS
     limit = dial_deadline if deadline is None else min(dial_deadline, deadline)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = new_socket(path)
     try:
         kernel_wait = False
         delay = 0.001
@@ -135,10 +136,13 @@ def connect(path: str, deadline: float | None, stop: ThreadingEvent | None = Non
                 if deadline is not None and deadline <= dial_deadline:
                     raise SubmitTimeout(f"timed out connecting to {path}")
                 raise Unreachable(errno.ETIMEDOUT, "timed out connecting", path)
-            if kernel_wait:
-                _send_timeout(sock, budget)
-            else:
-                sock.settimeout(budget)
+            try:
+                if kernel_wait:
+                    _send_timeout(sock, budget)
+                else:
+                    sock.settimeout(budget)
+            except OSError as exc:
+                raise _unreachable(exc, path) from exc
             try:
                 sock.connect(path)
             except TimeoutError:
@@ -168,6 +172,14 @@ def connect(path: str, deadline: float | None, stop: ThreadingEvent | None = Non
     except BaseException:
         sock.close()
         raise
+
+
+def new_socket(path: str) -> socket.socket:
+    """A unix stream socket for the connect; a process out of descriptors is `Unreachable`."""
+    try:
+        return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise _unreachable(exc, path) from exc
 
 
 def _connected(sock: socket.socket) -> bool:
