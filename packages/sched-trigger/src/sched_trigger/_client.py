@@ -70,8 +70,8 @@ _RELAYED = (EVENT_QUEUED, EVENT_STARTED)
 #: server's cap on what it sends (it cuts a longer run reason to fit, and says so),
 #: and the longest line Go's ``bufio.Scanner`` reads by default.
 LINE_LIMIT = 64 * 1024
-# Connect failures that mean "nobody can take the request": no file, a stale
-# socket, a refused permission, a path that is not a socket.
+# The one connect failure worth retrying: a full accept backlog. Every other
+# (no file, a stale socket, a refused permission, not a socket) is final.
 _RETRY_CONNECT = (errno.EAGAIN, errno.EWOULDBLOCK)
 
 
