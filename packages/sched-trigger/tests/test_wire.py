@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import pickle
 import random
+import select
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -94,6 +96,17 @@ def test_event_decoding_follows_go_encoding_json() -> None:
     assert Event("done", ok=True) == Event.decode(b'{"event":"done","ok":true,"x":1e400}')
 
 
+def test_event_members_apply_in_order_as_go_unmarshal_does() -> None:
+    """Members apply in order: null leaves a field as an earlier key set it (the last
+    non-null value wins), a wrong type anywhere is malformed even when a later key is
+    right, and a line that is just null is the zero event (kind "", which clients skip)."""
+    assert Event("done", "x") == Event.decode(b'{"event":"done","reason":"x","REASON":null}')
+    assert Event("done", "b") == Event.decode(b'{"event":"done","reason":"a","Reason":"b"}')
+    with pytest.raises(ValueError, match="'ok' has the wrong type"):
+        Event.decode(b'{"event":"done","ok":"yes","OK":true}')
+    assert Event("") == Event.decode(b"null")
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -172,7 +185,15 @@ def test_payload_encoding_round_trips(value: object) -> None:
     assert value == json.loads(line)
 
 
-def test_encoding_matches_the_real_go_encoder() -> None:
+@pytest.fixture(scope="module")
+def go_wire() -> Iterator[Path]:
+    """``go_wire/main.go`` built with Go 1.27 or newer (the Go library's floor)."""
+    toolchain = find_go()
+    with tempfile.TemporaryDirectory() as tmp:
+        yield toolchain.build(GO_WIRE, Path(tmp))
+
+
+def test_encoding_matches_the_real_go_encoder(go_wire: Path) -> None:
     """Go's own encoding/json (Go 1.27 or newer, the Go library's floor) writes the very
     same bytes.
 
@@ -181,34 +202,93 @@ def test_encoding_matches_the_real_go_encoder() -> None:
     a raw U+FFFD), as an event's reason and in a request payload, as a key and
     as a value.
     """
-    toolchain = find_go()
-    with tempfile.TemporaryDirectory() as tmp:
-        binary = toolchain.build(GO_WIRE, Path(tmp))
-        rng = random.Random(20261202)
-        alphabet = bytes(range(256))
-        # Bytes around the interesting ranges: ASCII controls, HTML, UTF-8 lead and tail bytes.
-        samples = [
-            bytes(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(300)
-        ] + [c.encode() for c in "\u2028\u2029é☃\U0001f600\ufffd"]
-        reasons = [
-            *samples,
-            b"<>&",
-            "\u2028\u2029".encode(),
-            b"\xff\xfe",
-            b"\xed\xa0\x80",
-            b"\xe2\x82A",
-            b"\x7f",
-        ]
-        go_out = subprocess.run(
-            [str(binary)],
-            input=b"".join(r.hex().encode() + b"\n" for r in reasons),
-            capture_output=True,
-            check=True,
-            timeout=60,
-        ).stdout.splitlines(keepends=True)
-        ours = []
-        for reason in reasons:
-            text = reason.decode("utf-8", "surrogateescape")
-            ours.append(encode_event("done", True, text, 7))
-            ours.append(encode_payload({text: [text]}))
-        assert go_out == ours
+    rng = random.Random(20261202)
+    alphabet = bytes(range(256))
+    # Bytes around the interesting ranges: ASCII controls, HTML, UTF-8 lead and tail bytes.
+    samples = [
+        bytes(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(300)
+    ] + [c.encode() for c in "\u2028\u2029é☃\U0001f600\ufffd"]
+    reasons = [
+        *samples,
+        b"<>&",
+        "\u2028\u2029".encode(),
+        b"\xff\xfe",
+        b"\xed\xa0\x80",
+        b"\xe2\x82A",
+        b"\x7f",
+    ]
+    go_out = subprocess.run(
+        [str(go_wire)],
+        input=b"".join(r.hex().encode() + b"\n" for r in reasons),
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines(keepends=True)
+    ours = []
+    for reason in reasons:
+        text = reason.decode("utf-8", "surrogateescape")
+        ours.append(encode_event("done", True, text, 7))
+        ours.append(encode_payload({text: [text]}))
+    assert go_out == ours
+
+
+@pytest.fixture(scope="module")
+def go_decode(go_wire: Path) -> Iterator[Callable[[bytes], bytes]]:
+    """Go's reading of one event line (``json.Unmarshal`` into the Event struct): the event
+    encoded again, or ``error``."""
+    process = subprocess.Popen(
+        [str(go_wire), "decode"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    def decode(line: bytes) -> bytes:
+        stdin.write(line.hex().encode() + b"\n")
+        stdin.flush()
+        ready, _, _ = select.select([stdout], [], [], 60)
+        assert ready, "go_wire did not answer"
+        return stdout.readline()
+
+    try:
+        yield decode
+    finally:
+        stdin.close()
+        process.wait(60)
+        stdout.close()
+
+
+def _ours(line: bytes) -> bytes:
+    """Our client's reading of one event line, in go_wire's terms."""
+    try:
+        return Event.decode(line).encode()
+    except ValueError:
+        return b"error\n"
+
+
+#: Keys naming each field in several spellings, and keys naming none.
+_KEYS = ["event", "Event", "EVENT", "reason", "Reason", "duration_ms", "Duration_MS", "ok", "OK",
+         "x", "eVent", "o\\u212a", "rea\\u017fon", "\\u0065vent", "ok "]  # fmt: skip
+#: Values of every JSON type, for every field: right, wrong, null, out of range.
+_VALUES = ['"done"', '"queued"', '"a\\ud800b"', '"\\u00e9<"', '""', "null", "true", "false",
+           "0", "7", "-3", "1.5", "1e3", "9223372036854775807", "9223372036854775808",
+           "-9223372036854775809", "[1]", "{}", '{"ok":1}']  # fmt: skip
+
+event_lines = st.one_of(
+    st.lists(st.tuples(st.sampled_from(_KEYS), st.sampled_from(_VALUES)), max_size=7).map(
+        lambda pairs: ("{" + ",".join(f'"{k}":{v}' for k, v in pairs) + "}").encode()
+    ),
+    st.sampled_from([b"[]", b"null", b'"done"', b"{", b'{"event":"done"} {}', b" {} ", b"",
+                     b'{"event":"done","x":[[{"ok":"no"}]]}', b'{"ok":true,}', b"\t{}\r"]),
+)  # fmt: skip
+
+
+@given(line=event_lines)
+def test_decoding_matches_the_real_go_decoder(
+    go_decode: Callable[[bytes], bytes], line: bytes
+) -> None:
+    """An event line reads as Go's json.Unmarshal reads it into the Event struct: keys in
+    order, an exact name before a case-insensitive one, null leaving the field as it was
+    (so the last non-null value wins), a wrong type or an int64 overflow anywhere an
+    error, and lone surrogate escapes as U+FFFD."""
+    assert go_decode(line) == _ours(line)

@@ -186,6 +186,25 @@ _EVENT_FIELDS = {"event": 0, "reason": 1, "duration_ms": 2, "ok": 3}
 _INT64_MAX = 2**63 - 1
 
 
+def _is_int64(value: object) -> bool:
+    return type(value) is int and -_INT64_MAX - 1 <= value <= _INT64_MAX
+
+
+#: What each field of the Event struct takes, by index: a string, a string, an int64, a bool.
+_EVENT_CHECKS = (
+    lambda value: isinstance(value, str),
+    lambda value: isinstance(value, str),
+    _is_int64,
+    lambda value: isinstance(value, bool),
+)
+
+
+class _Members(list):  # type: ignore[type-arg]
+    """A JSON object's members, in order (``object_pairs_hook``): Go applies them so."""
+
+    __slots__ = ()
+
+
 def _default(value: object) -> object:
     """Serialize a dataclass instance as an object of its fields, in field order."""
     fields = getattr(type(value), "__dataclass_fields__", None)
@@ -316,47 +335,46 @@ class Event:
 
     @classmethod
     def decode(cls, line: bytes | str) -> Event:
-        """Parse one event line as Go's client does (missing keys take zero values).
+        """Parse one event line as Go's client does: ``json.Unmarshal`` into the Event struct.
+
+        Members are applied in order: a key names the field of that exact name,
+        else the field its case-folded form names; ``null`` leaves the field as
+        it was (so of two keys naming one field, the last non-null value wins);
+        unknown keys are ignored and missing ones keep their zero values. A
+        line that is just ``null`` is the zero event (kind ``""``, which the
+        clients ignore). Invalid UTF-8 and lone surrogate escapes become U+FFFD.
 
         Args:
-            line: one JSON object, with or without its newline.
+            line: one JSON value, with or without its newline.
 
         Returns:
-            The event; unknown keys are ignored.
+            The event.
 
         Raises:
-            ValueError: the line is not a JSON object with fields of the right
-                types (Go's int64 for ``duration_ms``), or nests past the parser's depth.
-
-        .. versionchanged:: 0.2.0
-           Decoded as Go's ``encoding/json``: the last of two keys naming one
-           field wins, invalid UTF-8 and lone surrogate escapes become U+FFFD;
-           a nested line is a ``ValueError``, not a ``RecursionError``.
+            ValueError: the line is not a JSON object (or ``null``), a member
+                naming a field has the wrong type (Go's int64 for
+                ``duration_ms``), or the line nests past the parser's depth.
         """
         text = line if isinstance(line, str) else str(line, "utf-8", GO_REPLACE)
         try:
-            obj: Any = json.loads(text, object_pairs_hook=last_wins, parse_constant=refuse_constant)
+            obj: Any = json.loads(text, object_pairs_hook=_Members, parse_constant=refuse_constant)
         except (ValueError, RecursionError) as exc:  # a line nested past the parser's depth
             raise ValueError(f"malformed event line: {exc}") from None
-        if not isinstance(obj, dict):
+        if obj is None:  # Unmarshal of null into a struct changes nothing
+            return cls("")
+        if not isinstance(obj, _Members):
             raise ValueError("malformed event line: not a JSON object")
         fields: list[Any] = ["", "", 0, False]
-        for key, value in obj.items():
+        for key, value in obj:
             index = _EVENT_FIELDS.get(key)
             if index is None:
                 index = _EVENT_FIELDS.get(go_fold(key))
-            if index is not None and value is not None:  # null leaves the zero value
-                fields[index] = value
+            if index is None or value is None:  # unknown, or null: nothing changes
+                continue
+            if not _EVENT_CHECKS[index](value):
+                raise ValueError(f"malformed event line: {key!r} has the wrong type")
+            fields[index] = value
         kind, reason, duration_ms, ok = fields
-        if (
-            not isinstance(kind, str)
-            or not isinstance(reason, str)
-            or not isinstance(duration_ms, int)
-            or isinstance(duration_ms, bool)
-            or not -_INT64_MAX - 1 <= duration_ms <= _INT64_MAX
-            or not isinstance(ok, bool)
-        ):
-            raise ValueError("malformed event line: a field has the wrong type")
         if has_surrogate_escape(text):
             kind, reason = replace_surrogates(kind), replace_surrogates(reason)
         return cls(kind, reason, duration_ms, ok)
