@@ -17,9 +17,12 @@ stop running.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -70,6 +73,32 @@ class GoToolchain:
             env=self.env(work),
         )
         return binary
+
+
+@contextlib.contextmanager
+def hex_lines(*command: str | Path) -> Iterator[Callable[[bytes], bytes]]:
+    """Run a Go helper that answers each hex-encoded line of its standard input with one
+    line (flushed); yield ``ask(data) -> answer line``. The helper ends when its input does."""
+    process = subprocess.Popen(
+        [str(part) for part in command], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    def ask(data: bytes) -> bytes:
+        stdin.write(data.hex().encode() + b"\n")
+        stdin.flush()
+        ready, _, _ = select.select([stdout], [], [], 60)
+        assert ready, f"{command[0]} did not answer"
+        return stdout.readline()
+
+    try:
+        yield ask
+    finally:
+        stdin.close()
+        process.wait(60)
+        stdout.close()
 
 
 def _wheel_go() -> tuple[Path, Path] | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import pickle
 import random
-import select
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sched_trigger_go import find_go
+from sched_trigger_go import find_go, hex_lines
 from sched_trigger_testkit import go_event_model, json_values, wire_text
 
 from sched_trigger import Event
@@ -236,26 +235,8 @@ def test_encoding_matches_the_real_go_encoder(go_wire: Path) -> None:
 def go_decode(go_wire: Path) -> Iterator[Callable[[bytes], bytes]]:
     """Go's reading of one event line (``json.Unmarshal`` into the Event struct): the event
     encoded again, or ``error``."""
-    process = subprocess.Popen(
-        [str(go_wire), "decode"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    stdin, stdout = process.stdin, process.stdout
-
-    def decode(line: bytes) -> bytes:
-        stdin.write(line.hex().encode() + b"\n")
-        stdin.flush()
-        ready, _, _ = select.select([stdout], [], [], 60)
-        assert ready, "go_wire did not answer"
-        return stdout.readline()
-
-    try:
-        yield decode
-    finally:
-        stdin.close()
-        process.wait(60)
-        stdout.close()
+    with hex_lines(go_wire, "decode") as ask:
+        yield ask
 
 
 def _ours(line: bytes) -> bytes:
