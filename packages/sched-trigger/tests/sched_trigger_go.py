@@ -12,7 +12,8 @@ order:
 
 When neither is new enough the tests are skipped, saying what was found; under
 CI (``CI`` set) that is a failure instead, so the interop tests cannot silently
-stop running.
+stop running. `GoToolchain.build` builds a one-file helper offline, and
+`hex_lines` talks to such a helper one hex-encoded line at a time.
 """
 
 from __future__ import annotations
