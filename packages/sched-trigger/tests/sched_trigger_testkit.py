@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import pwd
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
 
+import pytest
 from hypothesis import strategies as st
 
 from sched_trigger import Outcome, Queue, Server, execute, listen
@@ -185,11 +190,11 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
 
 
 def go_string_model(value: str) -> str:
-    """Quote *value* the way Go 1.22+'s encoder writes a string, character by character.
+    """Quote *value* the way Go 1.27+'s encoder writes a string, character by character.
 
     Written from Go's ``appendString``, independently of the library: a lone
-    surrogate (an undecodable byte) becomes ``\\ufffd`` as Go writes each
-    invalid UTF-8 byte.
+    surrogate (an undecodable byte) becomes a raw U+FFFD, as Go 1.27 writes
+    each invalid UTF-8 byte.
     """
     short = {
         '"': '\\"',
@@ -210,7 +215,7 @@ def go_string_model(value: str) -> str:
         elif code in (0x2028, 0x2029):
             out.append(f"\\u{code:04x}")
         elif 0xD800 <= code <= 0xDFFF:
-            out.append("\\ufffd")
+            out.append("\ufffd")
         else:
             out.append(ch)
     out.append('"')
@@ -294,3 +299,64 @@ class RawServer:
         """Join the thread and close the listener."""
         self.thread.join(DEADLINE)
         self.listener.close()
+
+
+# --- a socket that belongs to another user --------------------------------------------
+
+FOREIGN_SERVER = """
+import os, socket, sys
+path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)  # from here on, another user: the socket and its listener are theirs
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(path)
+listener.listen(1)
+print("ready", flush=True)
+listener.settimeout(30)
+conn, _ = listener.accept()
+conn.settimeout(30)
+got = b""
+while not got.endswith(b"\\n"):
+    chunk = conn.recv(65536)
+    if not chunk:
+        break
+    got += chunk
+if got:
+    conn.sendall(b'{"event":"done","reason":"served by another user","ok":true}\\n')
+print("received", got.hex(), flush=True)
+"""
+
+
+@contextlib.contextmanager
+def foreign_server(directory: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A listener on a socket created by ``nobody`` (a child that drops root with setuid):
+    it reports on stdout whatever request bytes reached it."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a socket as another user needs root")
+    nobody = pwd.getpwnam("nobody")
+    home = Path(directory) / "shared"
+    home.mkdir()
+    os.chown(home, nobody.pw_uid, nobody.pw_gid)
+    Path(directory).chmod(0o711)  # nobody may reach its own folder inside the test's
+    path = str(home / "d.sock")
+    child = subprocess.Popen(
+        [sys.executable, "-u", "-c", FOREIGN_SERVER, path, str(nobody.pw_uid), str(nobody.pw_gid)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert "ready\n" == child.stdout.readline()
+        assert nobody.pw_uid == Path(path).stat().st_uid
+        yield path, child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=DEADLINE)
+
+
+def received(child: subprocess.Popen[str]) -> bytes:
+    """The request bytes the foreign listener got (after its client left)."""
+    out, _ = child.communicate(timeout=DEADLINE)
+    return bytes.fromhex(out.split("received", 1)[1].strip())

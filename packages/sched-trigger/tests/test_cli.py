@@ -2,32 +2,46 @@
 
 from __future__ import annotations
 
+import errno
+import inspect
 import json
 import os
+import pwd
 import select
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sched_trigger_testkit import DEADLINE, Payload, RawServer, socket_dir
+from sched_trigger_testkit import (
+    DEADLINE,
+    Payload,
+    RawServer,
+    foreign_server,
+    received,
+    socket_dir,
+)
 
-from sched_trigger import Outcome, run_broker_in_thread
+from sched_trigger import Outcome, Server, run_broker_in_thread
 from sched_trigger.__main__ import format_ms, main, parse_timeout
+from sched_trigger._wire import MAX_REQUEST_SIZE
 
 QUEUED = b'{"event":"queued","ok":false}\n'
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m sched_trigger ARGS`` in a child, as an operator's docker exec would."""
+def cli(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m sched_trigger ARGS`` in a child, as an operator's docker exec would
+    (*options* go to `subprocess.run`: ``input``, ``stdin``, ``cwd``, ...)."""
     return subprocess.run(
         [sys.executable, "-m", "sched_trigger", *args],
         capture_output=True,
         text=True,
         timeout=DEADLINE,
         check=False,
+        **options,
     )
 
 
@@ -87,7 +101,7 @@ def test_unreachable_and_usage_errors_exit_2(args: list[str]) -> None:
 def test_a_nested_event_line_exits_3_without_a_traceback() -> None:
     """A daemon that sends a deeply nested line gets the protocol error's exit status."""
     with socket_dir() as tmp:
-        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 500_000 + b"\n"])
+        server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 60_000 + b"\n"])
         try:
             done = cli(server.path)
         finally:
@@ -138,7 +152,7 @@ def test_ctrl_c_exits_130_and_closes_the_connection() -> None:
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     """--help prints the usage and the exit statuses."""
     assert 0 == main(["--help"])
-    assert "usage: sched-trigger [--timeout DURATION] SOCKET [PAYLOAD_JSON | -]" in (
+    assert "usage: sched-trigger [--timeout DURATION] [--owner USER] SOCKET [PAYLOAD_JSON | -]" in (
         capsys.readouterr().out
     )
 
@@ -179,14 +193,7 @@ def test_durations_print_as_go_does(ms: int, text: str) -> None:
 def test_python_dash_m_matches_the_main_function() -> None:
     """python -m sched_trigger is the same command (environment without a daemon)."""
     env = dict(os.environ)
-    done = subprocess.run(
-        [sys.executable, "-m", "sched_trigger", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-        env=env,
-    )
+    done = cli("--help", env=env)
     assert 0 == done.returncode
     assert "exit status" in done.stdout
 
@@ -198,22 +205,8 @@ def test_the_payload_can_come_from_stdin() -> None:
     with socket_dir() as tmp:
         path = str(Path(tmp) / "d.sock")
         with run_broker_in_thread(path, run, payload_type=Payload):
-            done = subprocess.run(
-                [sys.executable, "-m", "sched_trigger", path, "-"],
-                input=json.dumps({"repos": [secret]}),
-                capture_output=True,
-                text=True,
-                timeout=DEADLINE,
-                check=False,
-            )
-            bad = subprocess.run(
-                [sys.executable, "-m", "sched_trigger", path, "-"],
-                input="{not json",
-                capture_output=True,
-                text=True,
-                timeout=DEADLINE,
-                check=False,
-            )
+            done = cli(path, "-", input=json.dumps({"repos": [secret]}))
+            bad = cli(path, "-", input="{not json")
     assert 0 == done.returncode, done.stderr
     assert 2 == bad.returncode
     assert "standard input is not valid JSON" in bad.stderr
@@ -296,3 +289,142 @@ def test_ctrl_c_during_start_up_prints_no_traceback(module: str) -> None:
             child.communicate()
     assert "Traceback" not in stderr
     assert 130 == child.returncode
+
+
+def test_no_arguments_says_what_is_missing() -> None:
+    """``sched-trigger`` alone says the SOCKET argument is missing before the usage, exit 2."""
+    done = cli()
+    assert 2 == done.returncode
+    first, *rest = done.stderr.splitlines()
+    assert "sched-trigger: missing SOCKET, the daemon's socket path" == first
+    assert rest[0].startswith("usage: sched-trigger")
+
+
+def test_too_many_arguments_says_so() -> None:
+    """A third argument is named as the problem, exit 2."""
+    done = cli("a.sock", "{}", "extra")
+    assert 2 == done.returncode
+    assert "sched-trigger: unexpected argument 'extra'" == done.stderr.splitlines()[0]
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("source", ["argument", "stdin"])
+def test_a_deeply_nested_payload_exits_2_without_a_traceback(source: str) -> None:
+    """A payload nested deeper than Python's json reads (5,000 levels broke 3.11 and 3.12;
+    20,000 is past every version, and past Go's 10,000) is refused with exit 2 and one
+    line (it was an uncaught RecursionError: a traceback and exit 1)."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "nowhere.sock")
+        deep = _deep(20_000)
+        done = cli(path, deep) if source == "argument" else cli(path, "-", input=deep)
+    assert 2 == done.returncode
+    assert "Traceback" not in done.stderr
+    assert "nests too deeply" in done.stderr
+
+
+def test_stdin_is_read_no_further_than_the_request_cap() -> None:
+    """Standard input over the 8 MiB request cap is refused after reading just past the cap
+    (exit 2); the CLI used to read all of it (200 MB in, 254 MB resident)."""
+    cap = 8 * 1024 * 1024
+    chunk = b" " * 65536
+    written = 0
+    with socket_dir() as tmp:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "sched_trigger", str(Path(tmp) / "nowhere.sock"), "-"],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert child.stdin is not None
+            try:
+                while written < 8 * cap:  # far more than the CLI may read
+                    child.stdin.write(chunk)
+                    written += len(chunk)
+                child.stdin.close()
+            except BrokenPipeError:
+                pass  # the CLI stopped reading and exited: what this test wants
+            _, stderr = child.communicate(timeout=DEADLINE)
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait(DEADLINE)
+    assert 2 == child.returncode
+    assert b"standard input is over the 8 MiB request cap" in stderr
+    assert written < 2 * cap  # what it read, plus what the pipe and our buffer held
+
+
+def test_an_unreadable_stdin_exits_2() -> None:
+    """Standard input that cannot be read (the write end of a pipe) is reported on one line,
+    exit 2."""
+    read_end, write_end = os.pipe()
+    try:
+        done = cli("/nowhere.sock", "-", stdin=write_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert 2 == done.returncode
+    assert "Traceback" not in done.stderr
+    assert "cannot read standard input: Bad file descriptor" in done.stderr
+
+
+def test_a_path_that_is_not_a_socket_is_named_as_given(tmp_path: Path) -> None:
+    """The client names a non-socket with the one wording the daemon's listen uses, and the
+    path exactly as the user typed it."""
+    (tmp_path / "notes.txt").write_text("")
+    done = cli("notes.txt", cwd=tmp_path)
+    assert 2 == done.returncode
+    expected = (
+        f"sched-trigger: daemon unreachable: [Errno {errno.ENOTSOCK}] exists and is not a "
+        "socket: 'notes.txt'"
+    )
+    assert [expected] == done.stderr.splitlines()
+
+
+def test_a_socket_of_another_user_gets_nothing_from_stdin() -> None:
+    """A socket served by another user receives none of standard input's payload (exit 2,
+    saying whose it is); ``--owner nobody`` sends it on purpose."""
+    with socket_dir() as tmp, foreign_server(tmp) as (path, child):
+        refused = cli(path, "-", input='{"token": "s3cr3t"}')
+        assert b"" == received(child)
+    assert 2 == refused.returncode
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert f"runs as uid {nobody}" in refused.stderr
+    assert "nothing was sent" in refused.stderr
+    with socket_dir() as tmp, foreign_server(tmp) as (path, child):
+        trusted = cli("--owner", "nobody", path, '{"n": 1}')
+        assert b'{"n":1}\n' == received(child)
+    assert 0 == trusted.returncode, trusted.stderr
+
+
+def test_owner_takes_a_uid_or_a_user_name() -> None:
+    """--owner takes a number or a user name; an unknown name exits 2 saying so."""
+    done = cli("--owner", "no-such-user-r3", "/nowhere.sock")
+    assert 2 == done.returncode
+    assert "unknown user 'no-such-user-r3'" in done.stderr
+
+
+def test_the_stdin_cap_is_the_daemons_default_request_cap() -> None:
+    """The CLI reads as much standard input as a daemon takes by default, no more."""
+    default = inspect.signature(Server).parameters["max_request_size"].default
+    assert default == MAX_REQUEST_SIZE
+
+
+def test_a_closed_stderr_still_gives_the_exit_status() -> None:
+    """With standard error closed (``2>&-``) the CLI has nowhere to say why, but still exits
+    with the documented status instead of crashing with 1."""
+    done = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            '"$0" -m sched_trigger /nowhere.sock 2>&-; echo "exit $?"',
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert "exit 2" == done.stdout.strip()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import pickle
 import random
-import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sched_trigger_go import find_go, hex_lines
 from sched_trigger_testkit import go_event_model, json_values, wire_text
 
 from sched_trigger import Event
@@ -41,10 +42,14 @@ def test_go_escapes_html_and_line_separators() -> None:
     assert expected == go_quote("<a> & \u2028\u2029 é ☃ \n\t\b\f\x01\x7f")
 
 
-def test_lone_surrogates_become_replacement_escapes() -> None:
-    """A lone surrogate (an undecodable byte) is written as \\ufffd, keeping the line UTF-8."""
-    assert '"a\\ufffdb\\ufffd"' == go_quote("a\udcffb\ud800")
-    encode_event("done", False, "\udc80").decode("utf-8")
+def test_lone_surrogates_become_raw_replacement_characters() -> None:
+    """A lone surrogate (an undecodable byte) is written as a raw U+FFFD, as Go 1.27 writes an
+    invalid byte (not the \\ufffd escape of older Go), keeping the line UTF-8."""
+    assert '"a\ufffdb\ufffd"' == go_quote("a\udcffb\ud800")
+    assert b'{"event":"done","reason":"\xef\xbf\xbd","ok":false}\n' == encode_event(
+        "done", False, "\udc80"
+    )
+    assert b'{"\xef\xbf\xbd":["\xef\xbf\xbd"]}\n' == encode_payload({"\udc80": ["\ud800"]})
 
 
 @given(kind=wire_text, reason=wire_text, duration_ms=st.integers(0, 2**53), ok=st.booleans())
@@ -88,6 +93,17 @@ def test_event_decoding_follows_go_encoding_json() -> None:
     assert Event("done", "a\ufffdb") == Event.decode(b'{"event":"done","reason":"a\\ud800b"}')
     assert Event("done", "\ufffd\ufffdx") == Event.decode(b'{"event":"done","reason":"\xe2\x82x"}')
     assert Event("done", ok=True) == Event.decode(b'{"event":"done","ok":true,"x":1e400}')
+
+
+def test_event_members_apply_in_order_as_go_unmarshal_does() -> None:
+    """Members apply in order: null leaves a field as an earlier key set it (the last
+    non-null value wins), a wrong type anywhere is malformed even when a later key is
+    right, and a line that is just null is the zero event (kind "", which clients skip)."""
+    assert Event("done", "x") == Event.decode(b'{"event":"done","reason":"x","REASON":null}')
+    assert Event("done", "b") == Event.decode(b'{"event":"done","reason":"a","Reason":"b"}')
+    with pytest.raises(ValueError, match="'ok' has the wrong type"):
+        Event.decode(b'{"event":"done","ok":"yes","OK":true}')
+    assert Event("") == Event.decode(b"null")
 
 
 @pytest.mark.parametrize(
@@ -168,68 +184,92 @@ def test_payload_encoding_round_trips(value: object) -> None:
     assert value == json.loads(line)
 
 
-def _go_binary(tmp: Path) -> Path:
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("no Go toolchain to compare against")
-    binary = tmp / "go_wire"
-    subprocess.run(
-        [go, "build", "-o", str(binary), str(GO_WIRE)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-        env={
-            "GOCACHE": str(tmp / "cache"),
-            "GOPATH": str(tmp / "gopath"),
-            "HOME": str(tmp),
-            "PATH": "/usr/bin:/bin",
-            "GOFLAGS": "-mod=mod",
-            "GO111MODULE": "off",
-        },
-    )
-    return binary
+@pytest.fixture(scope="module")
+def go_wire() -> Iterator[Path]:
+    """``go_wire/main.go`` built with Go 1.27 or newer (the Go library's floor)."""
+    toolchain = find_go()
+    with tempfile.TemporaryDirectory() as tmp:
+        yield toolchain.build(GO_WIRE, Path(tmp))
 
 
-def _go_minor(go: str) -> int:
-    version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
-    return int(version.stdout.strip().removeprefix("go").split(".")[1])
-
-
-def test_encoding_matches_the_real_go_encoder() -> None:
-    """Where a Go toolchain exists, its encoding/json writes the very same bytes.
+def test_encoding_matches_the_real_go_encoder(go_wire: Path) -> None:
+    """Go's own encoding/json (Go 1.27 or newer, the Go library's floor) writes the very
+    same bytes.
 
     Strings are drawn as raw bytes (invalid UTF-8 included, as undecodable
-    bytes reach Python as lone surrogates). Go before 1.22 wrote \\b and \\f
-    as \\u0008 and \\u000c; those two are left out when comparing against it.
+    bytes reach Python as lone surrogates: Go 1.27 writes each invalid byte as
+    a raw U+FFFD), as an event's reason and in a request payload, as a key and
+    as a value.
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        binary = _go_binary(Path(tmp))
-        go = shutil.which("go")
-        assert go is not None
-        old_go = _go_minor(go) < 22
-        rng = random.Random(20261202)
-        alphabet = bytes(b for b in range(256) if not old_go or b not in (8, 12))
-        # Bytes around the interesting ranges: ASCII controls, HTML, UTF-8 lead and tail bytes.
-        samples = [
-            bytes(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(300)
-        ] + [c.encode() for c in "\u2028\u2029é☃\U0001f600\ufffd"]
-        reasons = [
-            *samples,
-            b"<>&",
-            "\u2028\u2029".encode(),
-            b"\xff\xfe",
-            b"\xed\xa0\x80",
-            b"\xe2\x82A",
-            b"\x7f",
-        ]
-        go_out = subprocess.run(
-            [str(binary)],
-            input=b"".join(r.hex().encode() + b"\n" for r in reasons),
-            capture_output=True,
-            check=True,
-            timeout=60,
-        ).stdout.splitlines(keepends=True)
-        ours = [
-            encode_event("done", True, r.decode("utf-8", "surrogateescape"), 7) for r in reasons
-        ]
-        assert go_out == ours
+    rng = random.Random(20261202)
+    alphabet = bytes(range(256))
+    # Bytes around the interesting ranges: ASCII controls, HTML, UTF-8 lead and tail bytes.
+    samples = [
+        bytes(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(300)
+    ] + [c.encode() for c in "\u2028\u2029é☃\U0001f600\ufffd"]
+    reasons = [
+        *samples,
+        b"<>&",
+        "\u2028\u2029".encode(),
+        b"\xff\xfe",
+        b"\xed\xa0\x80",
+        b"\xe2\x82A",
+        b"\x7f",
+    ]
+    go_out = subprocess.run(
+        [str(go_wire)],
+        input=b"".join(r.hex().encode() + b"\n" for r in reasons),
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines(keepends=True)
+    ours = []
+    for reason in reasons:
+        text = reason.decode("utf-8", "surrogateescape")
+        ours.append(encode_event("done", True, text, 7))
+        ours.append(encode_payload({text: [text]}))
+    assert go_out == ours
+
+
+@pytest.fixture(scope="module")
+def go_decode(go_wire: Path) -> Iterator[Callable[[bytes], bytes]]:
+    """Go's reading of one event line (``json.Unmarshal`` into the Event struct): the event
+    encoded again, or ``error``."""
+    with hex_lines(go_wire, "decode") as ask:
+        yield ask
+
+
+def _ours(line: bytes) -> bytes:
+    """Our client's reading of one event line, in go_wire's terms."""
+    try:
+        return Event.decode(line).encode()
+    except ValueError:
+        return b"error\n"
+
+
+#: Keys naming each field in several spellings, and keys naming none.
+_KEYS = ["event", "Event", "EVENT", "reason", "Reason", "duration_ms", "Duration_MS", "ok", "OK",
+         "x", "eVent", "o\\u212a", "rea\\u017fon", "\\u0065vent", "ok "]  # fmt: skip
+#: Values of every JSON type, for every field: right, wrong, null, out of range.
+_VALUES = ['"done"', '"queued"', '"a\\ud800b"', '"\\u00e9<"', '""', "null", "true", "false",
+           "0", "7", "-3", "1.5", "1e3", "9223372036854775807", "9223372036854775808",
+           "-9223372036854775809", "[1]", "{}", '{"ok":1}']  # fmt: skip
+
+event_lines = st.one_of(
+    st.lists(st.tuples(st.sampled_from(_KEYS), st.sampled_from(_VALUES)), max_size=7).map(
+        lambda pairs: ("{" + ",".join(f'"{k}":{v}' for k, v in pairs) + "}").encode()
+    ),
+    st.sampled_from([b"[]", b"null", b'"done"', b"{", b'{"event":"done"} {}', b" {} ", b"",
+                     b'{"event":"done","x":[[{"ok":"no"}]]}', b'{"ok":true,}', b"\t{}\r"]),
+)  # fmt: skip
+
+
+@given(line=event_lines)
+def test_decoding_matches_the_real_go_decoder(
+    go_decode: Callable[[bytes], bytes], line: bytes
+) -> None:
+    """An event line reads as Go's json.Unmarshal reads it into the Event struct: keys in
+    order, an exact name before a case-insensitive one, null leaving the field as it was
+    (so the last non-null value wins), a wrong type or an int64 overflow anywhere an
+    error, and lone surrogate escapes as U+FFFD."""
+    assert go_decode(line) == _ours(line)

@@ -16,12 +16,14 @@ import sys
 import time
 
 from ._errors import (
+    NOT_A_SOCKET,
     ConnectionLost,
     SendFailed,
     SubmitCancelled,
     SubmitTimeout,
     TriggerError,
     Unreachable,
+    final,
 )
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
 
@@ -40,7 +42,11 @@ if TYPE_CHECKING:
 
 __all__ = [  # DIAL_TIMEOUT comes from __getattr__
     "DIAL_TIMEOUT",
+    "LINE_LIMIT",
     "MAX_PATH_BYTES",
+    "EventLines",
+    "check_owner",
+    "new_socket",
     "path_too_long",
     "submit",
 ]
@@ -60,10 +66,12 @@ def __getattr__(name: str) -> timedelta:
 
 
 _RELAYED = (EVENT_QUEUED, EVENT_STARTED)
-#: The longest event line the clients accept: a daemon never sends one this long.
-LINE_LIMIT = 1024 * 1024
-# Connect failures that mean "nobody can take the request": no file, a stale
-# socket, a refused permission, a path that is not a socket.
+#: The longest event line the clients accept, its newline included (64 KiB): the
+#: server's cap on what it sends (it cuts a longer run reason to fit, and says so),
+#: and the longest line Go's ``bufio.Scanner`` reads by default.
+LINE_LIMIT = 64 * 1024
+# The one connect failure worth retrying: a full accept backlog. Every other
+# (no file, a stale socket, a refused permission, not a socket) is final.
 _RETRY_CONNECT = (errno.EAGAIN, errno.EWOULDBLOCK)
 
 
@@ -118,7 +126,7 @@ def connect(path: str, deadline: float | None, stop: ThreadingEvent | None = Non
     kernel_waits = _KERNEL_WAIT and stop is None
     dial_deadline = time.monotonic() + _DIAL_SECONDS
     limit = dial_deadline if deadline is None else min(dial_deadline, deadline)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = new_socket(path)
     try:
         kernel_wait = False
         delay = 0.001
@@ -128,10 +136,13 @@ def connect(path: str, deadline: float | None, stop: ThreadingEvent | None = Non
                 if deadline is not None and deadline <= dial_deadline:
                     raise SubmitTimeout(f"timed out connecting to {path}")
                 raise Unreachable(errno.ETIMEDOUT, "timed out connecting", path)
-            if kernel_wait:
-                _send_timeout(sock, budget)
-            else:
-                sock.settimeout(budget)
+            try:
+                if kernel_wait:
+                    _send_timeout(sock, budget)
+                else:
+                    sock.settimeout(budget)
+            except OSError as exc:
+                raise _unreachable(exc, path) from exc
             try:
                 sock.connect(path)
             except TimeoutError:
@@ -150,12 +161,33 @@ def connect(path: str, deadline: float | None, stop: ThreadingEvent | None = Non
                         time.sleep(pause)
                     delay = min(delay * 2, 0.05)
                 continue
+            if not _connected(sock):
+                # A signal interrupted a connect waiting in the kernel, and
+                # Python (PEP 475) then waited for the socket to be writable,
+                # which an unconnected unix socket is at once: try again.
+                continue
             if kernel_wait:
                 _send_timeout(sock, 0)
             return sock
     except BaseException:
         sock.close()
         raise
+
+
+def new_socket(path: str) -> socket.socket:
+    """A unix stream socket for the connect; a process out of descriptors is `Unreachable`."""
+    try:
+        return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise _unreachable(exc, path) from exc
+
+
+def _connected(sock: socket.socket) -> bool:
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True
 
 
 def _unreachable(exc: OSError, path: str) -> Unreachable:
@@ -166,7 +198,7 @@ def _unreachable(exc: OSError, path: str) -> Unreachable:
         except OSError:
             mode = 0
         if mode and not stat.S_ISSOCK(mode):
-            return Unreachable(errno.ENOTSOCK, "exists but is not a socket", path)
+            return Unreachable(errno.ENOTSOCK, NOT_A_SOCKET, path)
     return Unreachable(exc.errno, exc.strerror or "cannot connect", path)
 
 
@@ -185,6 +217,43 @@ def _send_timeout(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", whole, micros))
 
 
+def peer_uid(sock: socket.socket, path: str) -> int:
+    """The uid of the process serving the connected *sock*: the daemon's user.
+
+    On Linux the kernel's record of who listens (``SO_PEERCRED``, taken when
+    the daemon called ``listen``); elsewhere the owner of the socket file.
+    """
+    if _PEERCRED is not None:
+        cred = sock.getsockopt(socket.SOL_SOCKET, _PEERCRED, 12)  # struct ucred: pid, uid, gid
+        return int.from_bytes(cred[4:8], sys.byteorder)
+    return os.stat(path).st_uid  # noqa: PTH116 - pathlib is not on the client path
+
+
+_PEERCRED: int | None = getattr(socket, "SO_PEERCRED", None)
+
+
+def check_owner(sock: socket.socket, path: str, owner: int | None) -> None:
+    """Refuse a daemon that runs as a user the caller did not choose to trust.
+
+    Trusted: the caller's own user, root, and *owner* (the daemon's uid, for a
+    deliberate cross-user set-up). Anyone else may have planted the socket to
+    collect what trigger subcommands send.
+
+    Raises:
+        Unreachable: ``EPERM``, naming the uid that serves the socket.
+    """
+    try:
+        uid = peer_uid(sock, path)
+    except OSError as exc:
+        raise _unreachable(exc, path) from exc
+    me = os.geteuid()
+    if uid in (me, 0, owner):
+        return
+    raise Unreachable(
+        errno.EPERM, f"the daemon runs as uid {uid}, not as you (uid {me}) or root", path
+    )
+
+
 def submit(
     socket_path: str | PathLike[str],
     payload: object,
@@ -192,6 +261,7 @@ def submit(
     *,
     timeout: Duration | None = None,
     stop: ThreadingEvent | None = None,
+    owner: int | None = None,
 ) -> Event:
     """Submit one run to the daemon on *socket_path* and wait for its own result.
 
@@ -214,19 +284,26 @@ def submit(
         stop: a ``threading.Event`` that ends the wait as soon as it is set
             (Go binds ``Submit`` to a signal context for this), without
             polling: a helper thread waits on it.
+        owner: the uid the daemon runs as, when that is another user (a
+            deliberate cross-user set-up). Before anything is sent, the
+            process serving the socket must run as the caller's own user, as
+            root, or as *owner*: a socket another user planted at the path
+            gets nothing.
 
     Returns:
         The ``done`` event: ``ok`` false with the queue's message as ``reason``
         when the daemon rejected the request.
 
     Raises:
-        Unreachable: the socket could not be connected to.
-        SendFailed: the request could not be sent.
+        Unreachable: the socket could not be connected to, or is served by a
+            user not trusted (``EPERM``; nothing was sent).
+        SendFailed: the request could not be sent, and the daemon gave no answer.
         ConnectionLost: the connection ended, or carried garbage, before ``done``.
         SubmitTimeout: *timeout* elapsed first.
         SubmitCancelled: *stop* was set first.
         TypeError: the payload is not serializable.
-        ValueError: the payload holds NaN or an infinity, or *timeout* is invalid.
+        ValueError: the payload holds NaN or an infinity, nests too deeply to
+            encode, or *timeout* is invalid.
     """
     data = encode_payload(payload)
     seconds = _timeout_seconds(timeout)
@@ -236,11 +313,12 @@ def submit(
         raise SubmitCancelled(f"stopped before connecting to {path}")
     sock = connect(path, deadline, stop)
     unsubscribe = None
-    if stop is not None:
-        from ._stopwatch import subscribe
-
-        unsubscribe = subscribe(stop, lambda: _shut(sock))
     try:
+        check_owner(sock, path, owner)
+        if stop is not None:
+            from ._stopwatch import subscribe
+
+            unsubscribe = subscribe(stop, lambda: _shut(sock))
         return _exchange(sock, path, data, deadline, on_event)
     except (TriggerError, OSError):
         if stop is not None and stop.is_set():
@@ -293,37 +371,85 @@ def _read_events(
     deadline: float | None,
     on_event: Callable[[Event], object] | None,
 ) -> Event:
-    buffer = b""
+    lines = EventLines(path, on_event)
     while True:
-        newline = buffer.find(b"\n")
-        if newline < 0:
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise SubmitTimeout(f"timed out waiting for the run's result from {path}")
-                sock.settimeout(remaining)
-            try:
-                chunk = sock.recv(65536)
-            except TimeoutError:
-                raise SubmitTimeout(f"timed out waiting for the run's result from {path}") from None
-            except OSError as exc:
-                raise ConnectionLost(exc.errno, exc.strerror or "connection lost", path) from exc
-            if not chunk:
-                raise ConnectionLost(
-                    errno.ECONNRESET, "connection closed before the run's result", path
-                )
-            buffer += chunk
-            if len(buffer) > LINE_LIMIT:
-                raise ConnectionLost(errno.EPROTO, "daemon sent an event line over 1 MiB", path)
-            continue
-        line, buffer = buffer[:newline], buffer[newline + 1 :]
-        if not line.strip():
-            continue
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SubmitTimeout(f"timed out waiting for the run's result from {path}")
+            sock.settimeout(remaining)
         try:
-            event = Event.decode(line)
-        except ValueError as exc:
-            raise ConnectionLost(errno.EPROTO, str(exc), path) from None
-        if event.kind == EVENT_DONE:
-            return event
-        if on_event is not None and event.kind in _RELAYED:
-            on_event(event)
+            chunk = sock.recv(_CHUNK)
+        except TimeoutError:
+            raise SubmitTimeout(f"timed out waiting for the run's result from {path}") from None
+        except OSError as exc:
+            raise ConnectionLost(exc.errno, exc.strerror or "connection lost", path) from exc
+        final = lines.feed(chunk)
+        if final is not None:
+            return final
+
+
+_CHUNK = 65536
+
+
+@final
+class EventLines:
+    """The daemon's side of one connection, as both clients read it: bytes in, events out.
+
+    `feed` takes each chunk as it arrives (an empty one at end of file),
+    relays ``queued`` and ``started`` to *on_event*, and returns the ``done``
+    event once it is complete. No I/O here: `submit` and `asubmit` read with
+    their own calls and agree on everything else, errors included.
+    """
+
+    __slots__ = ("_buffer", "_on_event", "_path", "_scanned")
+
+    def __init__(self, path: str, on_event: Callable[[Event], object] | None) -> None:
+        self._path = path
+        self._on_event = on_event
+        self._buffer = bytearray()
+        self._scanned = 0  # how much of the buffer holds no newline
+
+    def feed(self, chunk: bytes) -> Event | None:
+        """Take the next *chunk*; return ``done`` once it arrived, else None.
+
+        Raises:
+            ConnectionLost: the connection ended (an empty *chunk*) before
+                ``done``, a line is not an event, or a line runs past
+                `LINE_LIMIT` bytes (``EPROTO``).
+        """
+        if not chunk:
+            raise ConnectionLost(
+                errno.ECONNRESET, "connection closed before the run's result", self._path
+            )
+        buffer = self._buffer
+        buffer += chunk
+        start = 0
+        newline = buffer.find(b"\n", self._scanned)
+        while newline >= 0:
+            if newline - start >= LINE_LIMIT:  # the newline makes it one byte too long
+                raise self._too_long()
+            line = bytes(buffer[start:newline])
+            start = newline + 1
+            if line.strip():
+                try:
+                    event = Event.decode(line)
+                except ValueError as exc:
+                    raise ConnectionLost(errno.EPROTO, str(exc), self._path) from None
+                if event.kind == EVENT_DONE:
+                    return event
+                if self._on_event is not None and event.kind in _RELAYED:
+                    self._on_event(event)
+            newline = buffer.find(b"\n", start)
+        del buffer[:start]
+        self._scanned = len(buffer)
+        if len(buffer) >= LINE_LIMIT:  # no room left for the newline
+            raise self._too_long()
+        return None
+
+    def _too_long(self) -> ConnectionLost:
+        return ConnectionLost(
+            errno.EPROTO,
+            f"daemon sent an event line over {LINE_LIMIT:,} bytes, longer than any daemon writes",
+            self._path,
+        )

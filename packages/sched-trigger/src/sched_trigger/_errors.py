@@ -33,6 +33,9 @@ __all__ = [
 FULL_MESSAGE = "run queue is full"
 #: The message of `QueueClosed`, which travels the wire verbatim as a rejection reason.
 CLOSED_MESSAGE = "scheduler is shutting down"
+#: What both sides say of a path that holds something other than a socket, with
+#: ``ENOTSOCK`` and the path as the user gave it (the client's `Unreachable`).
+NOT_A_SOCKET = "exists and is not a socket"
 
 
 class TriggerError(Exception):

@@ -1,3 +1,12 @@
+// go_wire answers, line by line on standard input, with what Go's
+// encoding/json makes of hex-encoded bytes.
+//
+// Without arguments, the bytes are a string: it writes the trigger Event line
+// whose reason they are, then a request payload holding them as a key and as a
+// value (the Marshal of a one-key map of a slice).
+//
+// With the argument "decode", the bytes are an event line: it writes the Event
+// that json.Unmarshal reads from them, encoded again, or "error".
 package main
 
 import (
@@ -15,14 +24,35 @@ type Event struct {
 }
 
 func main() {
+	decode := len(os.Args) > 1 && os.Args[1] == "decode"
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<26)
-	enc := json.NewEncoder(os.Stdout)
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	enc := json.NewEncoder(out)
 	for in.Scan() {
 		b, err := hex.DecodeString(in.Text())
 		if err != nil {
 			panic(err)
 		}
-		enc.Encode(Event{Kind: "done", Reason: string(b), DurationMs: 7, OK: true})
+		if decode { // one answer per question: flushed at once
+			var e Event
+			if json.Unmarshal(b, &e) != nil {
+				out.WriteString("error\n")
+			} else if err := enc.Encode(e); err != nil {
+				panic(err)
+			}
+			if err := out.Flush(); err != nil {
+				panic(err)
+			}
+			continue
+		}
+		s := string(b)
+		if err := enc.Encode(Event{Kind: "done", Reason: s, DurationMs: 7, OK: true}); err != nil {
+			panic(err)
+		}
+		if err := enc.Encode(map[string][]string{s: {s}}); err != nil {
+			panic(err)
+		}
 	}
 }
