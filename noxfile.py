@@ -49,6 +49,7 @@ DOCS = ROOT / "docs"
 DEMO = DOCS / "examples" / "demo.py"
 INTEGRATION = ROOT / "tests-integration"
 BENCH = ROOT / "bench"
+TYPING = ROOT / "tests-typing"
 WHEELHOUSE = ROOT / "dist"
 #: What the scripts under tools/ need (tools, typecheck and release install it).
 TOOLS_REQUIREMENTS = ["packaging", "nox", "uv", "twine"]
@@ -319,6 +320,8 @@ def typecheck(session: nox.Session) -> None:
         session.log(f"mypy: {name}")
         session.run("mypy", str(folder / "src" / name), str(folder / "tests"))
     session.run("mypy", "noxfile.py", "conftest.py", str(TOOLS))
+    # Right uses mypy must accept and wrong uses (typos, subclassed finals) it must reject.
+    session.run("mypy", str(TYPING))
     if INTEGRATION.exists():
         session.run("mypy", str(INTEGRATION))
     examples = DOCS / "examples"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import pickle
 import subprocess
@@ -11,7 +10,6 @@ import sys
 import pytest
 from sched_trigger_testkit import DEADLINE
 
-import sched_trigger
 from sched_trigger import (
     AlreadyServing,
     ConnectionLost,
@@ -36,29 +34,6 @@ HEAVY = {
     "inspect",
     "datetime",
 }
-
-
-def test_all_lists_exactly_the_public_names() -> None:
-    """__all__ names every public attribute, each one resolves, and dir() shows them."""
-    for name in sched_trigger.__all__:
-        assert getattr(sched_trigger, name) is not None
-    public = {n for n in dir(sched_trigger) if not n.startswith("_")}
-    assert set(sched_trigger.__all__) == public - {"annotations", "TYPE_CHECKING"}
-    with pytest.raises(AttributeError):
-        sched_trigger.nope  # noqa: B018
-
-
-def test_classes_are_final() -> None:
-    """Every public class is final (subclassing is not part of the API)."""
-    for name in sched_trigger.__all__:
-        value = getattr(sched_trigger, name)
-        if isinstance(value, type) and value is not TriggerError:
-            assert getattr(value, "__final__", False), name
-
-
-def test_version_comes_from_the_metadata() -> None:
-    """__version__ is the installed distribution's version."""
-    assert importlib.metadata.version("sched-trigger") == sched_trigger.__version__
 
 
 @pytest.mark.parametrize(
