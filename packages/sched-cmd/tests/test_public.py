@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -77,13 +76,3 @@ def _parse_go(text: str) -> int:
 def test_go_duration_round_trips(value: timedelta) -> None:
     """go_duration's text always reads back as the same number of microseconds."""
     assert value // timedelta(microseconds=1) == _parse_go(go_duration(value))
-
-
-def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's example runs as written (skipped where the README is not shipped)."""
-    readme = Path(__file__).resolve().parent.parent / "README.md"
-    if not readme.exists():
-        pytest.skip("README.md is not beside the tests (an installed-wheel run)")
-    (code,) = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
-    exec(compile(code, str(readme), "exec"), {"__name__": "readme_example"})
-    assert "synced\n" == capsys.readouterr().out

@@ -185,8 +185,25 @@ def test_bad_payloads_fail_before_connecting(call: Submit) -> None:
             call(Path(tmp) / "nowhere", {}, timeout=float("nan"))
 
 
+def wait_in_kernel(thread_id: list[int], function: str) -> None:
+    """Return once the thread whose native id lands in *thread_id* sleeps in the kernel
+    *function* (``/proc/self/task/<tid>/wchan``), as a handshake; fail after DEADLINE."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        if thread_id:
+            wchan = Path(f"/proc/self/task/{thread_id[0]}/wchan")
+            if wchan.read_text(encoding="ascii") == function:
+                return
+        # sleep-ok: polls the kernel's record of where the thread waits; no event exists
+        time.sleep(0.001)
+    pytest.fail(f"the thread never waited in {function}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_a_full_backlog_is_retried_within_the_dial_bound() -> None:
-    """While the accept backlog is full the connect is retried, and succeeds once there is room."""
+    """While the accept backlog is full the connect is retried, and succeeds once there is
+    room: the backlog is drained only once the client waits in the kernel for room, so
+    the first attempt is known to have been refused."""
     with socket_dir() as tmp:
         path = str(Path(tmp) / "s")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -203,7 +220,14 @@ def test_a_full_backlog_is_retried_within_the_dial_bound() -> None:
                     filler.close()
                     break
                 fillers.append(filler)
-            thread, box = in_thread(lambda: submit(path, {}))
+            thread_id: list[int] = []
+
+            def client() -> Event:
+                thread_id.append(threading.get_native_id())
+                return submit(path, {})
+
+            thread, box = in_thread(client)
+            wait_in_kernel(thread_id, "unix_wait_for_peer")
             listener.settimeout(DEADLINE)
             for _ in fillers:
                 listener.accept()[0].close()

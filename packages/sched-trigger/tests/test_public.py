@@ -115,24 +115,3 @@ def test_the_daemon_side_loads_lazily() -> None:
     modules = loaded_by("import sched_trigger; sched_trigger.Server")
     assert "asyncio" in modules
     assert "sched_trigger._server" in modules
-
-
-def test_the_readme_example_runs() -> None:
-    """The README's daemon example is executed, so it cannot rot."""
-    import re
-    from pathlib import Path
-
-    path = Path(__file__).parent.parent / "README.md"
-    if not path.exists():
-        pytest.skip("the tests run outside the source tree (a wheel test)")
-    readme = path.read_text()
-    match = re.search(r"```python\n(.*?)```", readme, re.S)
-    assert match is not None
-    done = subprocess.run(
-        [sys.executable, "-c", match.group(1)],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=True,
-    )
-    assert "done True 10\n" == done.stdout
