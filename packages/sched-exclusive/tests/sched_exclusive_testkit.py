@@ -115,19 +115,22 @@ class FlockWorld:
 
 @final
 class PgHeld:
-    """Another session's advisory lock; unlocking releases it, then closes the session.
+    """Another session's advisory lock; unlocking releases it, then hands the session
+    back to *spares* for the next holder (an interrupt sweep holds once per point).
 
-    (Closing alone releases it too, but only once the server has processed the
-    goodbye, a moment later: a test that looks at once would see it held.)
+    (Closing alone would release it too, but only once the server has processed
+    the goodbye, a moment later: a test that looks at once would see it held.)
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, spares: list[Any]) -> None:
         self.conn = conn
+        self._spares: list[Any] | None = spares
 
     def unlock(self) -> None:
-        if not self.conn.closed:
+        if self._spares is not None and not self.conn.closed:
             self.conn.execute("SELECT pg_advisory_unlock_all()")
-            self.conn.close()
+            self._spares.append(self.conn)
+        self._spares = None
 
 
 @final
@@ -144,6 +147,7 @@ class PgWorld:
         self.conn = self._connect()
         self.exclusive().pending()  # the table exists from here on
         self._held: list[PgHeld] = []
+        self._spares: list[Any] = []  # holders' sessions, idle, reused
 
     def _connect(self) -> Any:
         import psycopg
@@ -154,12 +158,12 @@ class PgWorld:
         return Exclusive.postgres(self.dsn, self.name, **kwargs)
 
     def try_hold(self) -> Held | None:
-        conn = self._connect()
+        conn = self._spares.pop() if self._spares else self._connect()
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
         if not (row and row[0]):
-            conn.close()
+            self._spares.append(conn)
             return None
-        held = PgHeld(conn)
+        held = PgHeld(conn, self._spares)
         self._held.append(held)
         return held
 
@@ -213,7 +217,8 @@ class PgWorld:
     def close(self) -> None:
         for held in self._held:
             held.unlock()
-        self.conn.close()
+        for conn in [*self._spares, self.conn]:
+            conn.close()
 
 
 def close_postgres_sessions() -> None:
@@ -432,6 +437,11 @@ def _finalizing(frame: FrameType | None) -> bool:
     return False
 
 
+#: Per code object, per instruction offset: where the next point follows it (see
+#: ``Interrupter._after``); shared by every Interrupter, as it never changes.
+_POINTS: dict[CodeType, dict[int, int | None]] = {}
+
+
 @final
 class Interrupter:
     """Raise KeyboardInterrupt at the n-th point a signal handler could raise it.
@@ -449,7 +459,7 @@ class Interrupter:
         # Per frame: the offset where the next instruction is a point (just
         # after a call that returned, or anywhere after a backward jump).
         self._next: dict[FrameType, int | None] = {}
-        self._ops: dict[CodeType, dict[int, int | None]] = {}
+        self._ops = _POINTS  # what follows each instruction depends only on the code
         self.fired = False
 
     def _after(self, code: CodeType, offset: int) -> int | None:
