@@ -37,7 +37,7 @@ def public_names(module: types.ModuleType) -> set[str]:
         if name.startswith("_"):
             continue
         value = getattr(module, name)
-        if isinstance(value, (types.ModuleType, __future__._Feature)):
+        if isinstance(value, (types.ModuleType, type(__future__.annotations))):
             continue
         names.add(name)
     return names
