@@ -6,18 +6,18 @@ import contextvars
 import logging
 import os
 import threading
-import typing
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Lease
 from ._coalesce import Lines, Step, coalesce
+from ._compat import TYPE_CHECKING, final
 from ._errors import CoordinationError
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
 
 if TYPE_CHECKING:
     import asyncio
+    from typing import Any
 
     from ._durations import Duration
 
@@ -66,7 +66,7 @@ def lock_lost() -> threading.Event:
     return event if isinstance(event, threading.Event) else threading.Event()
 
 
-@typing.final
+@final
 class Exclusive:
     """Cross-process run coalescing: at most one cycle at a time, no demand lost.
 
@@ -528,7 +528,9 @@ async def _adrive(
     finally:
         if loop is None:
             step.close()  # as in _drive
-        elif typing.cast(Any, step).gi_suspended:  # suspended in a run: release off the loop
+        # Suspended in a run: release off the loop. (A generator's gi_suspended, which
+        # the Generator protocol does not declare.)
+        elif getattr(step, "gi_suspended", False):
             await _off_loop(loop, step.close)
 
 
