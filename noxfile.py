@@ -23,6 +23,8 @@ package's floor.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
+import functools
 import logging
 import os
 import re
@@ -342,23 +344,29 @@ def build(session: nox.Session) -> None:
     session.install("uv")
     # The wheelhouse session already ran: its `nox -s` line is not run again.
     session.run("python", str(TOOLS / "readme_installs.py"), "--this-session", "wheelhouse")
-    for name in PACKAGES:
-        _test_wheel(session, name)
+    # The wheels' suites are independent: two at a time, one per core of a CI machine
+    # (each one's output is shown when it fails).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = list(pool.map(functools.partial(_test_wheel, session), PACKAGES))
+    for name, outcome in zip(PACKAGES, outcomes, strict=True):
+        session.log(f"{name} wheel: {outcome}")
 
 
-def _test_wheel(session: nox.Session, name: str) -> None:
+def _test_wheel(session: nox.Session, name: str) -> str:
+    """Test one wheel alone in a fresh venv; return its suite's summary line."""
     with tempfile.TemporaryDirectory(prefix=f"wheel-{name}-") as tmp:
         work = Path(tmp)
         venv = work / "venv"
         python = str(venv / "bin" / "python")
-        session.run("uv", "venv", "--quiet", "--python", f"python{session.python}", str(venv))
+        run = functools.partial(session.run, silent=True)
+        run("uv", "venv", "--quiet", "--python", f"python{session.python}", str(venv))
         # Wheels only, from the wheelhouse only: sibling dependencies resolve there and
         # nowhere else. --no-cache: a rebuilt wheel keeps its file name, and a cached
         # copy of an older build must never stand in for it.
         pip = ("uv", "pip", "install", "--quiet", "--python", python)
         dist = name.replace("_", "-")
-        session.run(*pip, "--no-cache", "--no-index", "--find-links", str(WHEELHOUSE), dist)
-        session.run(*pip, *_test_group(name))
+        run(*pip, "--no-cache", "--no-index", "--find-links", str(WHEELHOUSE), dist)
+        run(*pip, *_test_group(name))
         shutil.copytree(PACKAGES[name] / "tests", work / "tests")
         for shared in ("pyproject.toml", "conftest.py"):
             shutil.copy(ROOT / shared, work / shared)
@@ -367,14 +375,16 @@ def _test_wheel(session: nox.Session, name: str) -> None:
             f"assert 'site-packages' in {name}.__file__, {name}.__file__\n"
             f"missing = [n for n in {name}.__all__ if not hasattr({name}, n)]\n"
             f"assert not missing, missing\n"
-            f"print({name}.__name__, {name}.__version__, 'from', {name}.__file__)\n"
         )
-        session.run(python, "-I", "-c", check, external=True)
-        with session.chdir(work):
-            session.run(
-                python, "-m", "pytest", "-p", "no:cacheprovider", "-m", "not slow",
-                "-k", f"not ({POSTGRES_TESTS})", "tests", external=True,
-            )  # fmt: skip
+        run(python, "-I", "-c", check, external=True)
+        # -I: nothing of this tree (the working directory) on sys.path; the copy is the
+        # rootdir, its conftest and settings the ones used.
+        output = run(
+            python, "-I", "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(work),
+            "-c", str(work / "pyproject.toml"), "-m", "not slow",
+            "-k", f"not ({POSTGRES_TESTS})", str(work / "tests"), external=True,
+        )  # fmt: skip
+        return str(output).strip().splitlines()[-1].strip("= ")
 
 
 @nox.session(python=HOST_PYTHON)
@@ -398,7 +408,9 @@ def docs(session: nox.Session) -> None:
         session, PACKAGES, test_tools=False, extra=requirements_file(DOCS / "requirements.txt")
     )
     html = DOCS / "_build" / "html"
-    session.run("sphinx-build", "-n", "-W", "--keep-going", "-b", "html", str(DOCS), str(html))
+    session.run(
+        "sphinx-build", "-j", "auto", "-n", "-W", "--keep-going", "-b", "html", str(DOCS), str(html)
+    )
     # --noconftest: these checks need none of the suite's fixtures (nor Hypothesis).
     tests = sorted(str(p) for p in INTEGRATION.glob("test_docs_*.py"))
     session.run(
