@@ -216,7 +216,10 @@ def lint(session: nox.Session) -> None:
     session.install(*LINT_REQUIREMENTS)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    checked = ["packages", "tests-integration", "tests-typing", "tools", "bench", "docs/examples"]
+    checked = [
+        *("packages", "testing", "tests-integration", "tests-typing", "tools", "bench"),
+        "docs/examples",
+    ]
     session.run("python", str(TOOLS / "private_attributes.py"), *checked, "noxfile.py")
     session.run("actionlint", *sorted(str(p) for p in ROOT.glob(".github/workflows/*.yml")))
 
@@ -233,7 +236,8 @@ def typecheck(session: nox.Session) -> None:
     for name, folder in PACKAGES.items():
         session.log(f"mypy: {name}")
         session.run("mypy", str(folder / "src" / name), str(folder / "tests"))
-    for target in [["noxfile.py", "conftest.py", str(TOOLS)], [str(INTEGRATION)], [str(TYPING)]]:
+    shared = ["noxfile.py", "conftest.py", str(TOOLS), str(ROOT / "testing")]
+    for target in [shared, [str(INTEGRATION)], [str(TYPING)]]:
         session.run("mypy", *target)
     session.run("mypy", str(DOCS / "examples"))
 
@@ -367,7 +371,8 @@ def _test_wheel(session: nox.Session, name: str) -> str:
         dist = name.replace("_", "-")
         run(*pip, "--no-cache", "--no-index", "--find-links", str(WHEELHOUSE), dist)
         run(*pip, *_test_group(name))
-        shutil.copytree(PACKAGES[name] / "tests", work / "tests")
+        for tests in (PACKAGES[name] / "tests", ROOT / "testing"):  # the suite, the shared kit
+            shutil.copytree(tests, work / tests.name)
         for shared in ("pyproject.toml", "conftest.py"):
             shutil.copy(ROOT / shared, work / shared)
         check = (

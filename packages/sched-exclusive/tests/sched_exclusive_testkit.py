@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import dis
 import os
-import select
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -332,66 +329,6 @@ def read_counter_file(directory: str) -> bytes:
         return Path(directory, "cycle.queued").read_bytes()
     except FileNotFoundError:
         return b""
-
-
-@final
-class Child:
-    """A Python child process talking line by line over its stdin and stdout."""
-
-    def __init__(self, code: str, *args: str, env: dict[str, str] | None = None) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-u", "-c", code, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        self._buffer = b""
-
-    def read_line(self) -> str:
-        """Return the child's next line, failing the test past the deadline."""
-        stdout = self.process.stdout
-        assert stdout is not None
-        deadline = time.monotonic() + DEADLINE
-        while b"\n" not in self._buffer:
-            ready, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0))
-            assert ready, "the child did not answer in time"
-            chunk = os.read(stdout.fileno(), 65536)
-            assert chunk, f"the child exited early: {self.stderr_text()}"
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
-
-    def write_line(self, line: str) -> None:
-        """Send one line to the child's stdin."""
-        stdin = self.process.stdin
-        assert stdin is not None
-        stdin.write(line.encode() + b"\n")
-        stdin.flush()
-
-    def stderr_text(self) -> str:
-        """What the child wrote to stderr, once it has exited."""
-        try:
-            self.process.wait(DEADLINE)
-        except subprocess.TimeoutExpired:
-            return "(still running)"
-        assert self.process.stderr is not None
-        return self.process.stderr.read().decode()
-
-    def finish(self) -> int:
-        """Close stdin, wait for the exit, and return the exit status."""
-        if self.process.stdin is not None and not self.process.stdin.closed:
-            self.process.stdin.close()
-        return self.process.wait(DEADLINE)
-
-    def reap(self) -> None:
-        """Kill the child if it still runs, and wait for it (for ``finally``)."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(DEADLINE)
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 #: Calls after which CPython runs pending signal handlers (its "eval breaker"
