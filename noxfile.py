@@ -189,6 +189,9 @@ def _pytest(session: nox.Session, *args: str, packages: Iterable[str], slow: boo
     """Run pytest under coverage of *packages*, the slow suites left out; with *slow*, run
     those once more, alone and without coverage (it adds nothing to them, at a high cost).
 
+    After the main run, not beside it on a second core: the stress suites then starve
+    tests that time a loop's ticks (tried: the PostgreSQL tick test failed 3 runs in 3).
+
     The data goes to ``.nox/coverage-data/``, for ``nox -s coverage`` to combine and report.
     """
     COVERAGE.mkdir(parents=True, exist_ok=True)
