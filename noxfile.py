@@ -110,37 +110,31 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
-def _missing_note() -> str:
-    """One line for the end of a run that skipped sessions for want of an interpreter."""
-    skipped = "their test sessions were skipped"
-    if not PRESENT:
-        skipped = "every session was skipped"
-    elif HOST_PYTHON != MAIN_PYTHON:
-        skipped += f" and the other sessions ran on {HOST_PYTHON}"
-    return (
-        f"nox > Python {_and(MISSING)} not found: {skipped}. With pyenv, run"
-        f" `export PYENV_VERSION={':'.join(PYTHONS)}` first (and `pyenv install"
-        f" {' '.join(MISSING)}` if `pyenv versions` lacks them); otherwise put"
-        f" {_and([f'python{v}' for v in MISSING])} on PATH."
-    )
+_NOTES: list[str] = []
 
 
-class _MissingInterpreters(logging.Filter):
+def _one_note(record: logging.LogRecord) -> bool:
     """nox warns "Missing interpreters will error by default on CI systems." once per
-    session it skips: keep one note for the end of the run instead."""
-
-    skipped = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith("Missing interpreters will error"):
-            if not _MissingInterpreters.skipped:  # after nox's summary, on stderr
-                atexit.register(lambda: print(_missing_note(), file=sys.stderr))
-            _MissingInterpreters.skipped = True
-            return False
+    session it skips for want of an interpreter: one note at the end of the run (after
+    nox's summary, on stderr) stands for them all."""
+    if not record.getMessage().startswith("Missing interpreters will error"):
         return True
+    if not _NOTES:
+        skipped = "their test sessions were skipped" if PRESENT else "every session was skipped"
+        if PRESENT and HOST_PYTHON != MAIN_PYTHON:
+            skipped += f" and the other sessions ran on {HOST_PYTHON}"
+        note = (
+            f"nox > Python {_and(MISSING)} not found: {skipped}. With pyenv, run"
+            f" `export PYENV_VERSION={':'.join(PYTHONS)}` first (and `pyenv install"
+            f" {' '.join(MISSING)}` if `pyenv versions` lacks them); otherwise put"
+            f" {_and([f'python{v}' for v in MISSING])} on PATH."
+        )
+        _NOTES.append(note)
+        atexit.register(print, note, file=sys.stderr)
+    return False
 
 
-logging.getLogger("nox").addFilter(_MissingInterpreters())
+logging.getLogger("nox").addFilter(_one_note)
 
 # --- what a session gets -------------------------------------------------------------------
 
