@@ -97,7 +97,7 @@ class SummaryRow:
 #: script has not written it yet shows as "not measured yet".
 SUMMARY: tuple[SummaryRow, ...] = (
     SummaryRow(
-        "every package",
+        "sched-*",
         "imports",
         "`import <package>` (the worst of the six, and the trigger client's path): "
         "start-up time added, against `python -I -c pass`",

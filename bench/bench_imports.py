@@ -117,12 +117,12 @@ def main() -> None:
     args = parser.parse_args()
     rounds = 5 if args.quick else 41
     report = Report(
-        "every package",
+        "sched-*",
         __file__,
         ["--quick"] if args.quick else [],
         "One subprocess per run, rounds interleaved, medians; the floor is measured in the "
         "same run.",
-        title="Import cost of every package",
+        title="sched-*: import cost of every package",
     )
     bench_imports(report, rounds)
     report.write(args.output)
