@@ -5,11 +5,13 @@ deadline, because these machines are shared and timing is not what a property
 asserts; ``deep`` runs many more examples. Select it with
 ``SCHED_HYPOTHESIS_PROFILE=deep``.
 
-Each package keeps the helpers its tests share in a module with a
-package-unique name beside them (``sched_cmd_testkit``, ...). pytest's
-importlib mode puts no test folder on ``sys.path``, so every ``tests/``
-folder goes there once, here: ``packages/*/tests`` in the tree, and
-``tests`` where a suite runs from a copy beside this file (the wheel tests).
+What every suite shares (child processes, descriptors, socket folders, a Go
+toolchain) is ``testing/sched_testing.py``; each package keeps the helpers
+only its tests share in a module with a package-unique name beside them
+(``sched_cmd_testkit``, ...). pytest's importlib mode puts no test folder on
+``sys.path``, so ``testing/`` and every ``tests/`` folder go there once, here:
+``packages/*/tests`` in the tree, and ``tests`` where a suite runs from a copy
+beside this file (the wheel tests, which get a copy of ``testing/`` too).
 """
 
 from __future__ import annotations
@@ -29,6 +31,6 @@ settings.register_profile(
 settings.load_profile(os.environ.get("SCHED_HYPOTHESIS_PROFILE", "ci"))
 
 _HERE = Path(__file__).resolve().parent
-for _tests in sorted([_HERE / "tests", *_HERE.glob("packages/*/tests")]):
+for _tests in sorted([_HERE / "testing", _HERE / "tests", *_HERE.glob("packages/*/tests")]):
     if _tests.is_dir() and str(_tests) not in sys.path:
         sys.path.append(str(_tests))

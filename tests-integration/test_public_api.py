@@ -1,4 +1,5 @@
-"""Every package's ``__all__`` is exactly what it exports (anyio's test_all_attributes, for six).
+"""The public surface of every package, held by one test (anyio's test_all_attributes,
+trio's test_classes_are_final).
 
 A name a user can reach as ``package.name`` without an underscore is public:
 it must be listed in ``__all__``, and everything listed must resolve. Lazily
@@ -6,15 +7,19 @@ loaded names (PEP 562 ``__getattr__``) count: ``dir()`` must show them, so
 tab completion and ``from package import *`` agree with the documentation.
 Submodules are ignored (``sched_trigger._client`` appearing as an attribute is
 not an export), and so is the ``annotations`` feature flag that ``from
-__future__ import annotations`` leaves behind.
+__future__ import annotations`` leaves behind. What type checkers see of the
+same surface is held by ``tests-typing/``.
 """
 
 from __future__ import annotations
 import __future__
 
+import enum
 import importlib
 import types
+from importlib.metadata import version
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -32,7 +37,7 @@ def public_names(module: types.ModuleType) -> set[str]:
         if name.startswith("_"):
             continue
         value = getattr(module, name)
-        if isinstance(value, (types.ModuleType, __future__._Feature)):
+        if isinstance(value, (types.ModuleType, type(__future__.annotations))):
             continue
         names.add(name)
     return names
@@ -74,9 +79,59 @@ def test_star_import_gives_all(import_name: str) -> None:
 
 @pytest.mark.parametrize("import_name", IMPORT_NAMES)
 def test_version_comes_from_metadata(import_name: str) -> None:
-    """``__version__`` is the installed distribution's version, served lazily."""
-    from importlib.metadata import version
-
+    """``__version__`` is the installed distribution's version, served lazily; any other
+    missing name is an ``AttributeError`` that names it."""
     module = importlib.import_module(import_name)
     assert version(import_name.replace("_", "-")) == module.__version__
     assert "__version__" not in module.__all__
+    with pytest.raises(AttributeError, match=rf"^module '{import_name}' has no attribute 'nope'$"):
+        getattr(module, "nope")  # noqa: B009 - the name is the point
+
+
+def open_classes(module: types.ModuleType) -> dict[str, str]:
+    """The public classes of *module* that a user could subclass, each with why it is not final.
+
+    Final are: classes marked ``typing.final`` (which sets ``__final__``) and
+    enumerations with members, which Python refuses to extend. Exempt, as in
+    trio's test: protocols (made to be implemented) and the error classes
+    the package itself derives its other errors from (the root of its
+    hierarchy, there to be caught).
+    """
+    found = {}
+    for name in module.__all__:
+        cls = getattr(module, name)
+        if not isinstance(cls, type) or getattr(cls, "__final__", False):
+            continue
+        if Protocol in cls.__bases__:
+            continue
+        if issubclass(cls, BaseException) and cls.__subclasses__():
+            continue
+        if issubclass(cls, enum.Enum) and len(cls):
+            with pytest.raises(TypeError):
+                types.new_class("Sub", (cls,))
+            continue
+        found[name] = f"{cls.__module__}.{cls.__qualname__} has no __final__"
+    return found
+
+
+# sched_interval's typing.final shim returns the class unchanged at run time,
+# where sched_lock's sets __final__ as typing.final does; one source for that
+# shim is issue 22 item 3 (another branch): at its merge this case passes and
+# the strict xfail fails, so the mark is removed then.
+_FINAL_PARAMS = [
+    pytest.param(
+        name,
+        marks=pytest.mark.xfail(
+            reason="issue 22 item 3: sched_interval's final shim sets no __final__", strict=True
+        ),
+    )
+    if name == "sched_interval"
+    else name
+    for name in IMPORT_NAMES
+]
+
+
+@pytest.mark.parametrize("import_name", _FINAL_PARAMS)
+def test_every_public_class_is_final(import_name: str) -> None:
+    """Every public class is final (``typing.final``), but protocols and error bases."""
+    assert {} == open_classes(importlib.import_module(import_name))

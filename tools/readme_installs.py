@@ -17,8 +17,9 @@ substitutions that make them runnable offline:
   ``git clone`` and ``git+`` references fetch exactly what is here. The
   ``localhost`` form, like ``https://``, has a host: pip before 24.1 refuses
   ``git+file:///path`` but accepts both of these;
-* a ``nox -s <session>`` command naming the session that runs this script
-  is not run again: ``--wheelhouse`` is what it produced.
+* a ``nox -s <session>`` command naming the session given as
+  ``--this-session`` is not run again: it has run already (``nox -s build``
+  requires ``wheelhouse``, and ``dist/`` is what it produced).
 
 A block that starts with ``git clone`` runs in an empty directory; the
 others run in the repository root, as "from your clone" means.
@@ -144,7 +145,7 @@ def script(block: Block, repo_url: str, this_session: str | None) -> str:
     for command in block.commands:
         runnable = command.replace(REPO_URL, repo_url)
         if this_session and re.search(rf"\bnox -s {re.escape(this_session)}$", command):
-            lines.append(f"echo {shlex.quote(f'$ {command}  # this session; not run again')}")
+            lines.append(f"echo {shlex.quote(f'$ {command}  # ran already; not run again')}")
             continue
         lines.append(f"echo {shlex.quote(f'$ {runnable}')}")
         lines.append(runnable)
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument(
-        "--this-session", help="the nox session running this (its `nox -s` line is not rerun)"
+        "--this-session", help="a nox session that has run already (its `nox -s` line is not rerun)"
     )
     args = parser.parse_args(argv)
     try:

@@ -25,6 +25,7 @@ def test_the_readme_documents_three_ways_to_install_before_the_first_release() -
     assert ["sched-lock", "sched-exclusive"] == clone.distributions()
     assert all(f"git+{REPO_URL}#subdirectory=packages/" in c for c in git.commands[-1:])
     assert ["sched-lock", "sched-exclusive"] == git.distributions()
+    assert wheelhouse.commands[0].endswith("nox -s wheelhouse")
     assert "--no-index --find-links dist sched-exclusive" in wheelhouse.commands[-1]
     assert ["sched-exclusive"] == wheelhouse.distributions()
 
@@ -50,17 +51,18 @@ def test_only_the_named_section_counts_and_it_must_show_a_command() -> None:
         parse("# Something else\n")
 
 
-def test_the_running_session_is_not_run_again_and_the_address_is_served_locally() -> None:
-    """`nox -s build` inside the build session is echoed, not rerun; the repo URL is swapped."""
+def test_the_session_that_ran_is_not_run_again_and_the_address_is_served_locally() -> None:
+    """`nox -s wheelhouse`, which ran before the build session, is echoed, not rerun; the
+    repo URL is swapped."""
     block = Block(
         "t",
         (
-            "python3 -m pip install nox && python3 -m nox -s build",
+            "python3 -m pip install nox && python3 -m nox -s wheelhouse",
             f"git clone {REPO_URL}",
         ),
     )
-    text = script(block, "file://localhost/snap", "build")
-    assert "python3 -m nox -s build\n" not in text.replace("# this session", "")
+    text = script(block, "file://localhost/snap", "wheelhouse")
+    assert "python3 -m nox -s wheelhouse\n" not in text.replace("# ran already", "")
     assert "\ngit clone file://localhost/snap\n" in text
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import final
 
+import sched_testing
+
 #: Generous upper bound for anything a test waits on in real time.
 DEADLINE = 30.0
 
@@ -156,6 +158,5 @@ def kill_quietly(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def open_fds() -> set[str]:
-    """The descriptors this process holds now."""
-    return {entry.name for entry in Path("/proc/self/fd").iterdir()}
+# Shared with every suite (testing/sched_testing.py).
+open_fds = sched_testing.open_fds

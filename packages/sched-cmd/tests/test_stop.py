@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import threading
@@ -144,17 +145,26 @@ def test_one_stop_event_stops_concurrent_runs() -> None:
 
 
 def test_timeout_stops_gracefully_and_raises_with_partial_output() -> None:
-    """A timeout sends SIGTERM, reaps, then raises TimeoutExpired with the output so far."""
-    with report() as pipe, pytest.raises(subprocess.TimeoutExpired) as caught:
+    """A timeout sends SIGTERM, reaps, then raises TimeoutExpired with the output so far.
+
+    The output is written by the forked child before it executes the command
+    (``Popen`` returns only once the exec happened), so it is in the pipe before
+    the timeout can start: no interpreter start-up races the timeout.
+    """
+
+    def write_partial() -> None:
+        os.write(1, b"partial\n")
+
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
         run(
-            child(pipe, TERM_EXITS, 'print("partial", flush=True)\n', READY, SLEEP),
-            timeout=timedelta(seconds=1),
+            ["sleep", "3600"],
+            timeout=timedelta(milliseconds=200),
             capture_output=True,
             text=True,
-            pass_fds=[pipe.write_fd],
+            preexec_fn=write_partial,
         )
     error: Any = caught.value  # typeshed types the output as bytes; text mode gives str
-    assert (1.0, "partial\n", "") == (error.timeout, error.stdout, error.stderr)
+    assert (0.2, "partial\n", "") == (error.timeout, error.stdout, error.stderr)
 
 
 def _ready_lines_then(pipe: Report, count: int, action: Callable[[], None]) -> None:
@@ -311,22 +321,33 @@ def test_non_positive_grace_uses_the_default() -> None:
 
 
 def test_timeout_while_a_grandchild_holds_the_pipes_raises_after_the_grace() -> None:
-    """A child that exited leaving its pipes held open still times out, bounded by the grace."""
+    """A child that exited leaving its pipes held open still times out, bounded by the grace.
+
+    The forked child starts the stray and writes its output before it executes
+    ``true`` (``Popen`` returns only once the exec happened), so both happen
+    before the timeout can start: no interpreter start-up races the timeout.
+    """
+    strays: list[int] = []
     with report() as pipe:
-        code = child(
-            pipe,
-            """
-            import subprocess
+
+        def start_stray_and_write() -> None:
             # sleep-ok: the stray only has to outlive the test; it is killed, never awaited
-            stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-            say(f"stray {stray.pid}")
-            print("child done", flush=True)
-            """,
-        )
+            stray = os.posix_spawnp("sleep", ["sleep", "3600"], os.environ)
+            os.write(pipe.write_fd, f"stray {stray}\n".encode())
+            os.write(1, b"child done\n")
+
         try:
             with pytest.raises(subprocess.TimeoutExpired) as caught:
-                run(code, timeout=0.5, grace=1.5, capture_output=True, pass_fds=[pipe.write_fd])
+                run(
+                    ["true"],
+                    timeout=0.5,
+                    grace=1.5,
+                    capture_output=True,
+                    preexec_fn=start_stray_and_write,
+                )
         finally:
-            for line in pipe.rest():
-                kill_quietly(int(line.split()[1]))
+            strays = [int(line.split()[1]) for line in pipe.rest()]
+            for pid in strays:
+                kill_quietly(pid)
+    assert 1 == len(strays)
     assert b"child done\n" == caught.value.stdout

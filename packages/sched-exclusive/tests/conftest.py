@@ -15,12 +15,12 @@ import pytest
 from sched_exclusive_testkit import (
     POSTGRES_DSN,
     POSTGRES_REQUIRED,
-    Child,
     FlockWorld,
     PgWorld,
     World,
     close_postgres_sessions,
 )
+from sched_testing import Child
 
 
 def postgres_dsn() -> str:

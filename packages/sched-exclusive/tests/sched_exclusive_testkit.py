@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import dis
 import os
-import select
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -115,19 +112,22 @@ class FlockWorld:
 
 @final
 class PgHeld:
-    """Another session's advisory lock; unlocking releases it, then closes the session.
+    """Another session's advisory lock; unlocking releases it, then hands the session
+    back to *spares* for the next holder (an interrupt sweep holds once per point).
 
-    (Closing alone releases it too, but only once the server has processed the
-    goodbye, a moment later: a test that looks at once would see it held.)
+    (Closing alone would release it too, but only once the server has processed
+    the goodbye, a moment later: a test that looks at once would see it held.)
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, spares: list[Any]) -> None:
         self.conn = conn
+        self._spares: list[Any] | None = spares
 
     def unlock(self) -> None:
-        if not self.conn.closed:
+        if self._spares is not None and not self.conn.closed:
             self.conn.execute("SELECT pg_advisory_unlock_all()")
-            self.conn.close()
+            self._spares.append(self.conn)
+        self._spares = None
 
 
 @final
@@ -144,6 +144,7 @@ class PgWorld:
         self.conn = self._connect()
         self.exclusive().pending()  # the table exists from here on
         self._held: list[PgHeld] = []
+        self._spares: list[Any] = []  # holders' sessions, idle, reused
 
     def _connect(self) -> Any:
         import psycopg
@@ -154,12 +155,12 @@ class PgWorld:
         return Exclusive.postgres(self.dsn, self.name, **kwargs)
 
     def try_hold(self) -> Held | None:
-        conn = self._connect()
+        conn = self._spares.pop() if self._spares else self._connect()
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
         if not (row and row[0]):
-            conn.close()
+            self._spares.append(conn)
             return None
-        held = PgHeld(conn)
+        held = PgHeld(conn, self._spares)
         self._held.append(held)
         return held
 
@@ -213,7 +214,8 @@ class PgWorld:
     def close(self) -> None:
         for held in self._held:
             held.unlock()
-        self.conn.close()
+        for conn in [*self._spares, self.conn]:
+            conn.close()
 
 
 def close_postgres_sessions() -> None:
@@ -329,66 +331,6 @@ def read_counter_file(directory: str) -> bytes:
         return b""
 
 
-@final
-class Child:
-    """A Python child process talking line by line over its stdin and stdout."""
-
-    def __init__(self, code: str, *args: str, env: dict[str, str] | None = None) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-u", "-c", code, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        self._buffer = b""
-
-    def read_line(self) -> str:
-        """Return the child's next line, failing the test past the deadline."""
-        stdout = self.process.stdout
-        assert stdout is not None
-        deadline = time.monotonic() + DEADLINE
-        while b"\n" not in self._buffer:
-            ready, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0))
-            assert ready, "the child did not answer in time"
-            chunk = os.read(stdout.fileno(), 65536)
-            assert chunk, f"the child exited early: {self.stderr_text()}"
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
-
-    def write_line(self, line: str) -> None:
-        """Send one line to the child's stdin."""
-        stdin = self.process.stdin
-        assert stdin is not None
-        stdin.write(line.encode() + b"\n")
-        stdin.flush()
-
-    def stderr_text(self) -> str:
-        """What the child wrote to stderr, once it has exited."""
-        try:
-            self.process.wait(DEADLINE)
-        except subprocess.TimeoutExpired:
-            return "(still running)"
-        assert self.process.stderr is not None
-        return self.process.stderr.read().decode()
-
-    def finish(self) -> int:
-        """Close stdin, wait for the exit, and return the exit status."""
-        if self.process.stdin is not None and not self.process.stdin.closed:
-            self.process.stdin.close()
-        return self.process.wait(DEADLINE)
-
-    def reap(self) -> None:
-        """Kill the child if it still runs, and wait for it (for ``finally``)."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(DEADLINE)
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
-
-
 #: Calls after which CPython runs pending signal handlers (its "eval breaker"
 #: checks): a handler's exception surfaces as a call returns, at a loop's
 #: backward jump, or as a function starts or a generator resumes.
@@ -432,6 +374,11 @@ def _finalizing(frame: FrameType | None) -> bool:
     return False
 
 
+#: Per code object, per instruction offset: where the next point follows it (see
+#: ``Interrupter._after``); shared by every Interrupter, as it never changes.
+_POINTS: dict[CodeType, dict[int, int | None]] = {}
+
+
 @final
 class Interrupter:
     """Raise KeyboardInterrupt at the n-th point a signal handler could raise it.
@@ -449,7 +396,7 @@ class Interrupter:
         # Per frame: the offset where the next instruction is a point (just
         # after a call that returned, or anywhere after a backward jump).
         self._next: dict[FrameType, int | None] = {}
-        self._ops: dict[CodeType, dict[int, int | None]] = {}
+        self._ops = _POINTS  # what follows each instruction depends only on the code
         self.fired = False
 
     def _after(self, code: CodeType, offset: int) -> int | None:

@@ -15,31 +15,6 @@ import sched_exclusive
 from sched_exclusive import CoordinationError, Exclusive, ExclusiveError, Outcome, RunError
 
 
-def test_all_lists_exactly_the_public_names() -> None:
-    """``__all__`` matches the public names the package really exports."""
-    public = {
-        name
-        for name, value in vars(sched_exclusive).items()
-        if not name.startswith("_") and not inspect.ismodule(value) and name != "annotations"
-    }
-    assert sorted(public) == sorted(sched_exclusive.__all__)
-
-
-def test_version_comes_from_the_metadata() -> None:
-    """``__version__`` is the installed distribution's version."""
-    from importlib.metadata import version
-
-    assert version("sched-exclusive") == sched_exclusive.__version__
-    with pytest.raises(AttributeError):
-        _ = sched_exclusive.no_such_name
-
-
-def test_concrete_classes_are_final() -> None:
-    """Concrete classes cannot be subclassed (``typing.final``)."""
-    for cls in (Exclusive, RunError, CoordinationError):
-        assert getattr(cls, "__final__", False), cls
-
-
 def test_outcome_strings_are_the_go_names() -> None:
     """Outcomes print as the Go library's ``Outcome.String`` names."""
     expected = ["none", "ran", "ran-queued", "queued", "discarded", "skipped", "gated"]

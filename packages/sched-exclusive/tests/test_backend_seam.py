@@ -1,6 +1,6 @@
 """The coalescing rules depend only on the backend seam: an in-memory backend reuses them.
 
-This is what a second backend (PostgreSQL advisory locks, say) would do: the
+The PostgreSQL backend (``Exclusive.postgres``) relies on exactly this: the
 rules in ``_coalesce`` run unchanged over anything that offers a
 non-blocking exclusive lock and an atomic counter transaction.
 """

@@ -9,15 +9,13 @@ reference for the differential property (skipped where Go is absent).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from sched_testing import find_go, hex_lines
 
 from sched_exclusive._files import parse_count
 
@@ -58,45 +56,16 @@ def test_the_counter_reads_as_go_reads_it(content: bytes, expected: int) -> None
 @pytest.fixture(scope="module")
 def go_count(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GoCount]:
     """The Go library's parseCount, run by Go itself."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("the Go toolchain is not installed")
-    directory = tmp_path_factory.mktemp("go")
-    binary = directory / "go_parse_count"
-    env = {
-        **os.environ,
-        "GOPROXY": "off",  # standard library only: never reach the network
-        "GOTOOLCHAIN": "local",
-        "GOFLAGS": "",
-        "GOPATH": str(directory / "gopath"),
-        "GO111MODULE": "on",
-    }
-    if not any(env.get(name) for name in ("GOCACHE", "XDG_CACHE_HOME", "HOME")):
-        env["GOCACHE"] = str(directory / "cache")
-    source = Path(__file__).with_name("go_parse_count.go")
-    subprocess.run(
-        [go, "build", "-o", str(binary), str(source)],
-        check=True,
-        env=env,
-        cwd=directory,
-        timeout=120,
+    # Any Go reads these files the same way: the oldest still packaged (1.19) will do.
+    binary = find_go(minimum=(1, 19)).build(
+        Path(__file__).with_name("go_parse_count.go"), tmp_path_factory.mktemp("go")
     )
-    process = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert process.stdin is not None
-    assert process.stdout is not None
-    stdin, stdout = process.stdin, process.stdout
+    with hex_lines(binary) as ask:
 
-    def count(content: bytes) -> int:
-        stdin.write(content.hex().encode() + b"\n")
-        stdin.flush()
-        return int(stdout.readline())
+        def count(content: bytes) -> int:
+            return int(ask(content))
 
-    try:
         yield count
-    finally:
-        stdin.close()
-        process.wait(30)
-        stdout.close()
 
 
 counter_texts = st.builds(

@@ -126,6 +126,8 @@ def interrupt_everywhere(
                 gc.enable()
         for lock in others or ():
             lock.unlock()
+        if others:
+            others.clear()  # released: not again after every later run
         if interrupted is not None:
             assert interrupter.fired
             assert_nothing_held(world)
@@ -135,11 +137,11 @@ def interrupt_everywhere(
             del interrupted, interrupter  # its frame table keeps them too
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ResourceWarning)
-                gc.collect()
+                gc.collect(1)
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
+            gc.collect(1)
         assert not interrupter.fired
         assert_nothing_held(world)
         return n - 1

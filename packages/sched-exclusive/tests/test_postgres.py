@@ -30,13 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sched_exclusive_testkit import (
-    DEADLINE,
-    Child,
-    PgWorld,
-    close_postgres_sessions,
-    watched_leases,
-)
+from sched_exclusive_testkit import DEADLINE, PgWorld, close_postgres_sessions, watched_leases
+from sched_testing import Child
 
 from sched_exclusive import (
     CoordinationError,

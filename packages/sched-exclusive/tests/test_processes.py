@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sched_exclusive_testkit import Child, read_counter_file
+from sched_exclusive_testkit import read_counter_file
+from sched_testing import Child
 
 from sched_exclusive import CoordinationError, Exclusive, Outcome
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sched_exclusive_testkit import Child
+from sched_testing import Child
 
 from sched_exclusive import Exclusive, Outcome
 from sched_exclusive.__main__ import main

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from sched_exclusive_testkit import Child, World
+from sched_exclusive_testkit import World
+from sched_testing import Child
 
 SOAK = os.environ.get("SCHED_SOAK") == "1"
 SCALE = 10 if SOAK else 1

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import timedelta
-from typing import TYPE_CHECKING
 
-import pytest
-
-import sched_interval
 from sched_interval import DurationParseError, IntervalError, Mode, Schedule
 
 # Modules the interval path must never load: the heavy ones the design keeps
@@ -91,14 +86,6 @@ def test_cli_path_loads_only_what_it_uses() -> None:
     assert [] == [name for name in NEVER if name in loaded]
 
 
-def test_all_lists_exactly_the_public_names() -> None:
-    """__all__ names every public attribute, and each one exists."""
-    public = {name for name in vars(sched_interval) if not name.startswith("_")}
-    assert sorted(public) == sorted(sched_interval.__all__)
-    for name in sched_interval.__all__:
-        assert getattr(sched_interval, name) is not None
-
-
 def test_public_classes_live_in_the_package_namespace() -> None:
     """Tracebacks, reprs and pickles name the classes where users import them from."""
     assert {"sched_interval"} == {
@@ -106,30 +93,7 @@ def test_public_classes_live_in_the_package_namespace() -> None:
     }
 
 
-def test_version_comes_from_metadata() -> None:
-    """__version__ is the installed distribution's version, read lazily."""
-    from importlib.metadata import version
-
-    assert version("sched-interval") == sched_interval.__version__
-    with pytest.raises(AttributeError):
-        _ = sched_interval.no_such_attribute
-
-
 def test_errors_subclass_value_error() -> None:
     """Every error is an IntervalError and a ValueError."""
     assert issubclass(IntervalError, ValueError)
     assert issubclass(DurationParseError, IntervalError)
-
-
-if TYPE_CHECKING:
-    # mypy --strict checks these: subclassing a final class is an error it must
-    # report, so each ignore below is used (warn_unused_ignores is on).
-    class _SubSchedule(Schedule):  # type: ignore[misc]
-        pass
-
-    class _SubError(DurationParseError):  # type: ignore[misc]
-        pass
-
-    def _schedule_fields_are_read_only(s: Schedule) -> None:
-        s.interval = timedelta(0)  # type: ignore[misc]
-        s.mode = Mode.ONCE  # type: ignore[misc]

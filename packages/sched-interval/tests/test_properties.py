@@ -121,6 +121,29 @@ def model_parse(text: str) -> int | str:  # noqa: PLR0911 - one return per Go er
     return total if total < LIMIT else invalid
 
 
+def model_format(ns: int) -> str:
+    """Go's ``Duration.String``, from its documentation: below one second the largest of
+    ns, µs and ms that keeps a whole part; from one second on h, m and s, each present
+    once a larger one is; fractions without trailing zeros."""
+    if ns == 0:
+        return "0s"
+    sign, left = ("-" if ns < 0 else ""), abs(ns)
+
+    def fraction(part: int, size: int) -> str:
+        digits = str(part).rjust(len(str(size)) - 1, "0").rstrip("0")
+        return f".{digits}" if digits else ""
+
+    if left < 10**9:
+        unit, size = next(
+            (u, n) for u, n in (("ns", 1), ("\u00b5s", 10**3), ("ms", 10**6)) if left < n * 1000
+        )
+        return f"{sign}{left // size}{fraction(left % size, size)}{unit}"
+    hours, left = divmod(left, 3600 * 10**9)
+    minutes, left = divmod(left, 60 * 10**9)
+    seconds = f"{left // 10**9}{fraction(left % 10**9, 10**9)}s"
+    return sign + (f"{hours}h{minutes}m" if hours else f"{minutes}m" if minutes else "") + seconds
+
+
 def actual_parse(text: str) -> int | str:
     try:
         return parse_duration(text)
@@ -210,7 +233,7 @@ def test_positive_durations_select_builtin_at_that_cadence(ns: int, pad: str) ->
     # The nearest microsecond, ties to even, never zero.
     expected_us = max(1, round(Fraction(ns, 1000)))
     assert timedelta(microseconds=expected_us) == schedule.interval
-    assert format_duration(schedule.interval)
+    assert model_format(expected_us * 1000) == format_duration(schedule.interval)
 
 
 @given(int64)
@@ -238,10 +261,11 @@ def test_nanoseconds_become_the_nearest_microsecond_over_all_of_int64(ns: int) -
 @example(MAX_DURATION_NS)
 def test_the_cadence_of_any_positive_nanosecond_count_is_its_nearest_microsecond(ns: int) -> None:
     """parse_interval("<n>ns") is the nearest microsecond to n for every positive int64 n,
-    and that cadence formats in Go's form (as the CLI prints it)."""
+    and that cadence formats in Go's form (as the CLI prints it), which reads back as it."""
     schedule = parse_interval(f"{ns}ns", "6h")
-    assert timedelta(microseconds=max(1, round(Fraction(ns, 1000)))) == schedule.interval
-    assert format_duration(schedule.interval).endswith("s")
+    expected_us = max(1, round(Fraction(ns, 1000)))
+    assert timedelta(microseconds=expected_us) == schedule.interval
+    assert model_format(expected_us * 1000) == format_duration(schedule.interval)
 
 
 def _recording_logger() -> tuple[logging.Logger, list[logging.LogRecord]]:
@@ -290,7 +314,8 @@ def test_parse_interval_never_raises_and_builtin_is_positive(
     )
     assert schedule.mode in Mode
     assert schedule.interval > timedelta(0)
-    assert format_duration(schedule.interval)
+    micros = schedule.interval // timedelta(microseconds=1)
+    assert model_format(micros * 1000) == format_duration(schedule.interval)
     for record in records:
         assert record.getMessage()
 

@@ -11,39 +11,13 @@ import traceback
 import pytest
 
 import sched_lock
-from sched_lock import Lock, LockError, SlotFile, SlotFileError
+from sched_lock import LockError, SlotFileError
 from sched_lock._errors import is_contention, wrap_error
 
-EXPECTED = {
-    "MAX_SLOT_SIZE",
-    "Lock",
-    "LockError",
-    "SlotFile",
-    "SlotFileError",
-    "read_holder",
-    "try_lock",
-}
 
-
-def test_all_lists_every_public_name() -> None:
-    """__all__ is exactly the public API, and every name in it exists."""
-    assert EXPECTED == set(sched_lock.__all__)
-    public = {name for name in vars(sched_lock) if not name.startswith("_")}
-    assert EXPECTED == public - {"annotations", "sys", "TYPE_CHECKING"}
-
-
-def test_constants_and_version() -> None:
-    """MAX_SLOT_SIZE is 64 KiB; __version__ comes from the installed metadata."""
+def test_max_slot_size() -> None:
+    """MAX_SLOT_SIZE is 64 KiB."""
     assert 64 * 1024 == sched_lock.MAX_SLOT_SIZE
-    assert isinstance(sched_lock.__version__, str)
-    with pytest.raises(AttributeError):
-        _ = sched_lock.no_such_name
-
-
-@pytest.mark.parametrize("cls", [Lock, SlotFile])
-def test_classes_are_final(cls: type) -> None:
-    """Concrete classes are @final and refuse subclassing at type-check time."""
-    assert getattr(cls, "__final__", False)
 
 
 def test_error_hierarchy() -> None:

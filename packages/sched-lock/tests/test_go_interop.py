@@ -15,9 +15,6 @@ fraction digits, which newer Go (and we) ignore, so those are left out.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sched_testing import find_go, hex_lines
 
 from sched_lock import read_holder
 from sched_lock._holder import format_holder_line, parse_holder
@@ -39,49 +37,20 @@ GoParse = Callable[[bytes], "tuple[int, int] | None"]
 @pytest.fixture(scope="module")
 def go_parse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GoParse]:
     """Go's reading of a holder line: (seconds, nanoseconds) or None."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("the Go toolchain is not installed")
-    directory = tmp_path_factory.mktemp("go")
-    binary = directory / "go_read_holder"
-    env = {
-        **os.environ,
-        "GOPROXY": "off",  # standard library only: never reach the network
-        "GOTOOLCHAIN": "local",
-        "GOFLAGS": "",
-        "GOPATH": str(directory / "gopath"),
-        "GO111MODULE": "on",
-    }
-    if not any(env.get(name) for name in ("GOCACHE", "XDG_CACHE_HOME", "HOME")):
-        env["GOCACHE"] = str(directory / "cache")
-    source = Path(__file__).with_name("go_read_holder.go")
-    subprocess.run(
-        [go, "build", "-o", str(binary), str(source)],
-        check=True,
-        env=env,
-        cwd=directory,
-        timeout=120,
+    # Any Go reads these files the same way: the oldest still packaged (1.19) will do.
+    binary = find_go(minimum=(1, 19)).build(
+        Path(__file__).with_name("go_read_holder.go"), tmp_path_factory.mktemp("go")
     )
-    process = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert process.stdin is not None
-    assert process.stdout is not None
-    stdin, stdout = process.stdin, process.stdout
+    with hex_lines(binary) as ask:
 
-    def parse(line: bytes) -> tuple[int, int] | None:
-        stdin.write(line.hex().encode() + b"\n")
-        stdin.flush()
-        answer = stdout.readline().split()
-        if answer == [b"none"]:
-            return None
-        seconds, nanos = answer
-        return int(seconds), int(nanos)
+        def parse(line: bytes) -> tuple[int, int] | None:
+            answer = ask(line).split()
+            if answer == [b"none"]:
+                return None
+            seconds, nanos = answer
+            return int(seconds), int(nanos)
 
-    try:
         yield parse
-    finally:
-        stdin.close()
-        process.wait(30)
-        stdout.close()
 
 
 def as_datetime(instant: tuple[int, int]) -> datetime:

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import IO
 
 from hypothesis import strategies as st
+from sched_testing import DEADLINE, Child
 
-#: Generous upper bound for anything a test waits on in real time.
-DEADLINE = 30.0
+__all__ = [
+    "DEADLINE",
+    "Child",
+    "FakeTime",
+    "band_ns",
+    "child",
+    "fractions",
+    "intervals",
+    "jitters",
+    "to_ns",
+]
 
 # --- strategies --------------------------------------------------------------
 
@@ -87,56 +91,6 @@ class FakeTime:
 # --- child processes ---------------------------------------------------------
 
 
-@dataclass
-class Child:
-    """A Python child process speaking lines on its stdin and stdout."""
-
-    proc: subprocess.Popen[str]
-
-    @property
-    def stdout(self) -> IO[str]:
-        assert self.proc.stdout is not None
-        return self.proc.stdout
-
-    def expect(self, line: str) -> None:
-        """Read one line and check it, failing clearly if the child died instead."""
-        got = self.stdout.readline()
-        if not got:
-            raise AssertionError(
-                f"child ended before {line!r}: rc={self.proc.wait(DEADLINE)}, "
-                f"stderr={self.stderr()!r}"
-            )
-        assert line == got.rstrip("\n")
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def kill(self, sig: int) -> None:
-        os.kill(self.proc.pid, sig)
-
-    def wait(self) -> int:
-        return self.proc.wait(DEADLINE)
-
-    def stderr(self) -> str:
-        assert self.proc.stderr is not None
-        return self.proc.stderr.read()
-
-
-@contextmanager
-def child(code: str) -> Iterator[Child]:
-    """Run ``code`` in ``[sys.executable, "-u", "-c", code]``; always reaped."""
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-c", textwrap.dedent(code)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield Child(proc)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=DEADLINE)
+def child(code: str) -> Child:
+    """A Python child running ``code`` (dedented); use it in a ``with``: always reaped."""
+    return Child(textwrap.dedent(code))

@@ -18,14 +18,11 @@ from types import FrameType
 
 import pytest
 from sched_loop_testkit import DEADLINE, child
+from sched_testing import open_fds
 
 from sched_loop import LoopConfigError, astop_on_signals, stop_on_signals
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
-
-
-def open_fds() -> set[str]:
-    return {p.name for p in Path("/proc/self/fd").iterdir()}
 
 
 def sentinel_handler(signum: int, frame: FrameType | None) -> None:
@@ -346,7 +343,7 @@ def test_sigterm_drains_the_loop_in_a_child() -> None:
         proc.expect("run 1 finishing after stop")
         proc.expect("drained")
         assert 0 == proc.wait()
-        assert "" == proc.stdout.read()
+        assert "" == proc.rest()
 
 
 NO_DEADLOCK_CHILD = """
@@ -400,7 +397,7 @@ def test_without_stop_the_loop_runs_until_interrupted() -> None:
         proc.expect("ran")
         proc.kill(signal.SIGINT)
         assert -signal.SIGINT == proc.wait()
-        assert "KeyboardInterrupt" in proc.stderr()
+        assert "KeyboardInterrupt" in proc.stderr_text()
 
 
 @pytest.mark.slow

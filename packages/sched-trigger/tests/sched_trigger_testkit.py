@@ -14,12 +14,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
 
 import pytest
+import sched_testing
 from hypothesis import strategies as st
 
 from sched_trigger import Outcome, Queue, Server, execute, listen
@@ -36,16 +37,9 @@ class Payload:
     note: str = ""
 
 
-@contextlib.contextmanager
-def socket_dir() -> Iterator[str]:
-    """A short private directory for unix sockets (paths are limited to ~100 bytes)."""
-    with tempfile.TemporaryDirectory(prefix="st") as tmp:
-        yield tmp
-
-
-def open_fds() -> set[str]:
-    """The calling process's open descriptors."""
-    return {p.name for p in Path("/proc/self/fd").iterdir()}
+# Shared with every suite (testing/sched_testing.py), under the names these tests use.
+socket_dir = sched_testing.socket_dir
+open_fds = sched_testing.open_fds
 
 
 # --- an asyncio daemon on the test's own loop ------------------------------------------

@@ -245,14 +245,41 @@ def make_room_and_answer(listener: socket.socket, fillers: list[socket.socket]) 
         conn.sendall(DONE)
 
 
+def wait_in_kernel(thread_id: list[int], function: str) -> None:
+    """Return once the thread whose native id lands in *thread_id* sleeps in the kernel
+    *function* (``/proc/self/task/<tid>/wchan``), as a handshake; fail after DEADLINE."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        if thread_id:
+            wchan = Path(f"/proc/self/task/{thread_id[0]}/wchan")
+            if wchan.read_text(encoding="ascii") == function:
+                return
+        # sleep-ok: polls the kernel's record of where the thread waits; no event exists
+        time.sleep(0.001)
+    pytest.fail(f"the thread never waited in {function}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 @BOTH
 def test_a_full_backlog_is_retried_within_the_dial_bound(call: Submit) -> None:
-    """While the accept backlog is full the connect is retried, and succeeds once there is room."""
+    """While the accept backlog is full the connect is retried, and succeeds once there is
+    room. The backlog is drained only once the client is seen waiting after a refused
+    attempt, so the retry is always exercised: `submit` waits in the kernel for room
+    (``unix_wait_for_peer``); the asyncio clients sleep in their loop's poll between
+    attempts (``do_epoll_wait``), which they reach only after the first refusal."""
+    waits_in = "unix_wait_for_peer" if call is sync_submit else "do_epoll_wait"
     with socket_dir() as tmp:
         path = str(Path(tmp) / "s")
         listener, fillers = full_backlog(path)
         try:
-            thread, box = in_thread(lambda: call(path, {}))
+            thread_id: list[int] = []
+
+            def client() -> Event:
+                thread_id.append(threading.get_native_id())
+                return call(path, {})
+
+            thread, box = in_thread(client)
+            wait_in_kernel(thread_id, waits_in)
             make_room_and_answer(listener, fillers)
             thread.join(DEADLINE)
         finally:

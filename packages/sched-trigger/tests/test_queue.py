@@ -97,7 +97,8 @@ def test_async_for_drains_in_order_then_ends_on_close() -> None:
 
 
 def test_submit_from_threads_wakes_the_loop_in_order() -> None:
-    """Many threads submitting at once: every accepted job arrives exactly once."""
+    """Many threads submitting at once: every accepted job arrives exactly once, and each
+    thread's jobs arrive in the order that thread submitted them (FIFO per producer)."""
 
     async def scenario() -> tuple[int, list[int]]:
         queue: Queue[int] = Queue(1000)
@@ -129,6 +130,8 @@ def test_submit_from_threads_wakes_the_loop_in_order() -> None:
     count, received = run_async(scenario())
     assert 800 == count
     assert list(range(800)) == sorted(received)
+    by_producer = {base: [n for n in received if n // 100 == base] for base in range(8)}
+    assert {base: list(range(base * 100, base * 100 + 100)) for base in range(8)} == by_producer
 
 
 def test_close_wakes_a_waiting_receiver() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sched_trigger_go import find_go, hex_lines
+from sched_testing import find_go, hex_lines
 from sched_trigger_testkit import go_event_model, json_values, wire_text
 
 from sched_trigger import Event

@@ -39,13 +39,17 @@ job reads it through :func:`sched_exclusive.lock_lost`.
 
 from __future__ import annotations
 
-import typing
-from typing import Protocol
+from ._compat import TYPE_CHECKING, final
+
+if TYPE_CHECKING:
+    from typing import Protocol
+else:  # the protocols only speak to type checkers: no typing import at run time
+    Protocol = object
 
 __all__ = ["CLEAR", "TAKE_ONE", "Backend", "Change", "Lease", "enqueue"]
 
 
-@typing.final
+@final
 class Change:
     """A change of the counter, as a pure function of the count.
 

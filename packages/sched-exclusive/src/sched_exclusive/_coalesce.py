@@ -58,13 +58,15 @@ import contextlib
 import errno
 import logging
 import os
-import typing
 from collections.abc import Callable, Generator
-from typing import Any
 
 from ._backend import CLEAR, TAKE_ONE, Backend, Lease, enqueue
+from ._compat import TYPE_CHECKING, final
 from ._errors import CoordinationError, RunError
 from ._outcome import Outcome
+
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["MAX_RERUNS", "Lines", "Step", "coalesce"]
 
@@ -318,7 +320,7 @@ def _finish(failures: Failures, outcome: Outcome) -> Outcome:
     return outcome
 
 
-@typing.final
+@final
 class Lines:
     """Logs the coalescing lines of one call with its structured fields.
 
@@ -337,7 +339,7 @@ class Lines:
             self._logger.log(level, message, *args, extra=self._fields | extra, stacklevel=2)
 
 
-@typing.final
+@final
 class _Gate:
     """The gate of one call. One that raises counts as closed from then on,
     its error kept once."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Sequence
 
+from ._compat import final
 from ._outcome import Outcome
 
 __all__ = ["CoordinationError", "ExclusiveError", "RunError"]
@@ -30,7 +30,7 @@ class ExclusiveError(Exception):
     outcome: Outcome
 
 
-@typing.final
+@final
 class CoordinationError(ExclusiveError, OSError):
     """The lock or counter file failed before this call ran the job.
 
@@ -64,7 +64,7 @@ class CoordinationError(ExclusiveError, OSError):
         return cls(exc.errno, exc.strerror, exc.filename, outcome=outcome)
 
 
-@typing.final
+@final
 class RunError(ExclusiveError, ExceptionGroup[Exception]):
     """The job ran (or its run was about to start) and something failed.
 

@@ -8,18 +8,18 @@ import logging
 import os
 import stat
 import threading
-import typing
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Lease
 from ._coalesce import Lines, Step, coalesce
+from ._compat import TYPE_CHECKING, final
 from ._errors import CoordinationError
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
 
 if TYPE_CHECKING:
     import asyncio
+    from typing import Any
 
     from ._durations import Duration
 
@@ -87,7 +87,7 @@ def _existing_directory(directory: str) -> str:
     return directory
 
 
-@typing.final
+@final
 class Exclusive:
     """Cross-process run coalescing: at most one cycle at a time, no demand lost.
 
@@ -557,7 +557,9 @@ async def _adrive(
     finally:
         if loop is None:
             step.close()  # as in _drive
-        elif typing.cast(Any, step).gi_suspended:  # suspended in a run: release off the loop
+        # Suspended in a run: release off the loop. (A generator's gi_suspended, which
+        # the Generator protocol does not declare.)
+        elif getattr(step, "gi_suspended", False):
             await _off_loop(loop, step.close)
 
 

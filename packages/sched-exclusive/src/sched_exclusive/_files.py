@@ -9,11 +9,11 @@ locked file would let a concurrent opener lock a different inode.
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable
 
 from sched_lock import Lock, SlotFile, try_lock
 
+from ._compat import final
 from ._outcome import LOCK_NAME, QUEUE_NAME
 
 __all__ = ["FileBackend", "format_count", "join", "parse_count"]
@@ -69,7 +69,7 @@ def _unchanged(content: bytes) -> bytes:
     return content
 
 
-@typing.final
+@final
 class FileBackend:
     """:class:`._backend.Backend` over flock(2) files in one directory."""
 

@@ -35,15 +35,20 @@ __all__ = [
 ]
 
 
+# A local constant, so the import loads no typing; type checkers take any
+# TYPE_CHECKING as true. They see __version__ and no module __getattr__,
+# which would make them accept any attribute name, typos included.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     __version__: str
+else:
+
+    def __getattr__(name: str) -> str:
+        if name == "__version__":
+            from importlib.metadata import version
+
+            return version("sched-lock")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 del TYPE_CHECKING  # a helper name, not an export
-
-
-def __getattr__(name: str) -> str:
-    if name == "__version__":
-        from importlib.metadata import version
-
-        return version("sched-lock")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

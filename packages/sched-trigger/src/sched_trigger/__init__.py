@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from ._wire import EVENT_QUEUED as EVENT_QUEUED
     from ._wire import EVENT_STARTED as EVENT_STARTED
     from ._wire import Event as Event
-del TYPE_CHECKING  # a helper name, not an export
+
+    __version__: str
 
 __all__ = [
     "CANCELLED_REASON",
@@ -110,19 +111,25 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is not None:
-        from importlib import import_module
+# Hidden from type checkers, which would otherwise accept any attribute name.
+if not TYPE_CHECKING:
 
-        value = getattr(import_module(module, __name__), name)
-        globals()[name] = value
-        return value
-    if name == "__version__":
-        from importlib.metadata import version
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is not None:
+            from importlib import import_module
 
-        return version("sched-trigger")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            value = getattr(import_module(module, __name__), name)
+            globals()[name] = value
+            return value
+        if name == "__version__":
+            from importlib.metadata import version
+
+            return version("sched-trigger")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+del TYPE_CHECKING  # a helper name, not an export
 
 
 def __dir__() -> list[str]:

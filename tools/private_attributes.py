@@ -1,10 +1,13 @@
-"""No code under ``packages/`` reaches into a private attribute of the standard library.
+"""A linter: no code reaches into a private attribute of the standard library.
+
+``python tools/private_attributes.py [PATH ...]`` (run by ``nox -s lint``)
+prints each finding as ``path:line: code`` and exits 1 when there is one;
+without paths it reads ``packages/`` (the code and its tests).
 
 A private attribute (``_cond``, ``_waiters``) of a standard-library object can
 change in any release, and code leaning on one breaks on an upgrade or, worse,
-deadlocks in a corner. This check reads every module under ``packages/`` (the
-code and its tests) with :mod:`ast` and reports each access to a name with
-one leading underscore on an object that is not ours:
+deadlocks in a corner. It reads each module with :mod:`ast` and reports each access to a
+name with one leading underscore on an object that is not ours:
 
 * ``x._name`` and ``getattr``/``setattr``/``hasattr``/``delattr`` (or
   ``monkeypatch.setattr``) with the constant ``"_name"``;
@@ -26,11 +29,10 @@ and so are the documented exceptions in `DOCUMENTED`.
 from __future__ import annotations
 
 import ast
-import textwrap
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "packages"
@@ -68,9 +70,11 @@ def is_private(name: str) -> bool:
     return not (dunder or sunder)
 
 
-def is_first_party(module: str | None, level: int) -> bool:
-    """A relative import, or a module of ours (``sched_*``, their test kits)."""
-    return level > 0 or (module or "").split(".")[0].startswith("sched_")
+def is_first_party(module: str | None, level: int, local: frozenset[str] = frozenset()) -> bool:
+    """A relative import, or a module of ours: ``sched_*`` (their test kits too), or one
+    of the *local* modules checked alongside (``bench/_common.py``)."""
+    top = (module or "").split(".")[0]
+    return level > 0 or top.startswith("sched_") or top in local
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Finder(ast.NodeVisitor):
     """Collects ``line: source`` of each private access on an object that is not ours."""
 
     source: str
+    local: frozenset[str] = frozenset()  # top-level modules checked alongside: ours
     ours: set[str] = field(default_factory=set)  # module-level names of ours
     findings: list[str] = field(default_factory=list)
     scope: _Scope = field(default_factory=_Scope)
@@ -102,9 +107,11 @@ class Finder(ast.NodeVisitor):
                 self.ours.update(
                     alias.asname or alias.name.split(".")[0]
                     for alias in node.names
-                    if is_first_party(alias.name, 0)
+                    if is_first_party(alias.name, 0, self.local)
                 )
-            elif isinstance(node, ast.ImportFrom) and is_first_party(node.module, node.level):
+            elif isinstance(node, ast.ImportFrom) and is_first_party(
+                node.module, node.level, self.local
+            ):
                 self.ours.update(alias.asname or alias.name for alias in node.names)
         for node in tree.body:  # the module's own classes and functions are ours
             if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
@@ -223,7 +230,7 @@ class Finder(ast.NodeVisitor):
         """``import _private`` outside our packages is a finding."""
         for alias in node.names:
             if (
-                not is_first_party(alias.name, 0)
+                not is_first_party(alias.name, 0, self.local)
                 and any(is_private(part) for part in alias.name.split("."))
                 and alias.name not in DOCUMENTED_MODULES
             ):
@@ -232,7 +239,7 @@ class Finder(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         """A private name, or a private module, from outside our packages is a finding."""
         module = node.module or ""
-        if is_first_party(module, node.level):
+        if is_first_party(module, node.level, self.local):
             return
         private_module = any(is_private(part) for part in module.split("."))
         if (private_module and module not in DOCUMENTED_MODULES) or any(
@@ -371,198 +378,54 @@ def _strings(node: ast.AST) -> list[str]:
     ]
 
 
-def find_private_accesses(source: str) -> list[str]:
-    """The private accesses on objects not ours in *source*, as ``line: code``."""
-    return Finder(source).run()
+def find_private_accesses(source: str, local: frozenset[str] = frozenset()) -> list[str]:
+    """The private accesses on objects not ours in *source*, as ``line: code``; the
+    top-level modules named in *local* are ours."""
+    return Finder(source, local).run()
 
 
 # --- the check over the tree ---------------------------------------------------------------
 
 
-def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGES.glob("*/*/**/*.py") if p.parts[-2] != "go_vectors")
+def modules(paths: Iterable[Path]) -> list[Path]:
+    """The Python modules at or under *paths* (Go test vectors aside)."""
+    found: set[Path] = set()
+    for path in paths:
+        found.update([path] if path.is_file() else path.rglob("*.py"))
+    return sorted(p for p in found if "go_vectors" not in p.parts)
 
 
-def test_no_code_in_packages_reaches_into_a_private_attribute_of_the_standard_library() -> None:
-    """Every module under packages/ (code and tests) uses public APIs of what it did not write."""
-    modules = _modules()
-    assert len(modules) > 50  # the glob found the tree
-    findings = [
-        f"{path.relative_to(ROOT)}:{finding}"
-        for path in modules
-        for finding in find_private_accesses(path.read_text(encoding="utf-8"))
-        if not any(
-            str(path.relative_to(ROOT)) == known and f'"{name}"' in finding
-            for known, name in KNOWN_OURS
+def findings(paths: Iterable[Path]) -> list[str]:
+    """Every private access on an object not ours in the modules at *paths*, as
+    ``path:line: code`` (paths relative to the repository when inside it)."""
+    checked = modules(paths)
+    local = frozenset(p.stem for p in checked)
+    found = []
+    for path in checked:
+        shown = path.resolve()
+        name = str(shown.relative_to(ROOT)) if shown.is_relative_to(ROOT) else str(path)
+        for finding in find_private_accesses(path.read_text(encoding="utf-8"), local):
+            if not any(name == known and f'"{attr}"' in finding for known, attr in KNOWN_OURS):
+                found.append(f"{name}:{finding}")
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check *argv* (paths; ``packages/`` when empty); print findings; 1 if any, else 0."""
+    paths = [Path(arg) for arg in (sys.argv[1:] if argv is None else argv)] or [PACKAGES]
+    if not modules(paths):
+        print(f"private_attributes: no Python module under {', '.join(map(str, paths))}")
+        return 2
+    found = findings(paths)
+    for line in found:
+        print(line)
+    if found:
+        print(
+            f"private_attributes: {len(found)} access(es) to a private attribute of code "
+            "we did not write: use its public API (see the module docstring)"
         )
-    ]
-    assert [] == findings
+    return 1 if found else 0
 
 
-# --- the check catches what it must, and only that ----------------------------------------
-
-#: The heart of sched-cmd's old ``_wakeup.py``: a hook queued on ``Event._cond._waiters``.
-OLD_WAKEUP = """
-import collections
-import contextlib
-import threading
-
-
-def _set_releases_foreign_waiters() -> bool:
-    event = threading.Event()
-    waiters = getattr(getattr(event, "_cond", None), "_waiters", None)
-    if not isinstance(waiters, collections.deque):
-        return False
-    probe = _Probe()
-    waiters.append(probe)
-    event.set()
-    return probe.released and probe not in waiters
-
-
-def _hook(event, wakeup):
-    condition = getattr(event, "_cond", None)
-    waiters = getattr(condition, "_waiters", None)
-    hook = _SetHook(wakeup)
-    with condition:
-        waiters.append(hook)
-"""
-
-
-def test_the_check_catches_the_old_event_hook() -> None:
-    """The old stop-event hook (Event._cond._waiters, through getattr) is reported, line by line."""
-    assert [
-        '9: getattr(getattr(event, "_cond", None), "_waiters", None)',
-        '9: getattr(event, "_cond", None)',
-        '19: getattr(event, "_cond", None)',
-        '20: getattr(condition, "_waiters", None)',
-    ] == find_private_accesses(OLD_WAKEUP)
-
-
-def _cases(text: str) -> list[str]:
-    """Code snippets separated by lines of dashes."""
-    return [case.strip() + "\n" for case in textwrap.dedent(text).split("\n---\n")]
-
-
-@pytest.mark.parametrize(
-    "code",
-    _cases(
-        """
-        def hook(event):
-            return event._cond._waiters
-        ---
-        import threading
-        threading._shutdown()
-        ---
-        from threading import _shutdown
-        ---
-        import _collections_abc
-        ---
-        def patch(monkeypatch, cond):
-            monkeypatch.setattr(cond, "_waiters", [])
-        ---
-        # The self of a plain function (one patched onto a stdlib class) is not ours.
-        def notify(self, n=1):
-            return self._waiters
-        ---
-        class Handler:
-            def emit(self, record):
-                return record._private
-        ---
-        import logging
-        class H(logging.Handler):
-            def f(self):
-                return super()._x
-        ---
-        # A chain off self: self.proc is a Popen, somebody else's object.
-        import subprocess
-        class Runner:
-            def __init__(self):
-                self.proc = subprocess.Popen(["true"])
-            def f(self):
-                return self.proc._waitpid_lock
-        ---
-        # A class that reads a private name by string does not make it its own.
-        class W:
-            def f(self, event):
-                return getattr(event, "_cond")
-        """
-    ),
-)
-def test_the_check_reports_private_access_on_objects_not_ours(code: str) -> None:
-    """Attribute chains, module attributes, imports, getattr and setattr by name are caught."""
-    assert find_private_accesses(code), code
-
-
-@pytest.mark.parametrize(
-    "code",
-    _cases(
-        """
-        class A:
-            __slots__ = ("_x",)
-            def f(self):
-                return self._x
-        ---
-        class A:
-            @classmethod
-            def f(cls):
-                return cls._registry
-        ---
-        class A:
-            def f(self):
-                def g():
-                    return self._x
-                return g
-        ---
-        class A:
-            def __init__(self, v):
-                object.__setattr__(self, "_v", v)
-            def __eq__(self, other):
-                return other._v
-        ---
-        import sched_cmd._child
-        sched_cmd._child._HAVE_PIDFD
-        ---
-        from ._core import _helper
-        ---
-        from . import _core
-        _core._private
-        ---
-        def _local():
-            pass
-        _local._attr = 1
-        ---
-        from ._server import Server
-        def f(server: Server[int] | None, other: "Server"):
-            return server._loop, other._loop
-        ---
-        from ._server import Server
-        class Protocol:
-            def __init__(self, server: Server):
-                self._server = server
-            def f(self):
-                server = self._server
-                return server._loop, self._server._loop
-        ---
-        from ._broker import Broker
-        broker = Broker()
-        def main():
-            broker._ready.set()
-        ---
-        import os
-        os._exit(0)
-        ---
-        import enum
-        class C(enum.Enum):
-            A = 1
-            def f(self):
-                return self._value_
-        ---
-        from _thread import LockType
-        ---
-        x = point._replace(y=1)
-        """
-    ),
-)
-def test_the_check_allows_what_is_ours_and_what_is_documented(code: str) -> None:
-    """self/cls, objects typed or built as ours, our modules and documented names pass."""
-    assert [] == find_private_accesses(code), code
+if __name__ == "__main__":
+    raise SystemExit(main())
