@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import inspect
 import pickle
 import subprocess
 import sys

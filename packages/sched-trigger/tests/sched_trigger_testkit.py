@@ -12,9 +12,8 @@ import pwd
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
