@@ -6,11 +6,13 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
 import pytest
 from sched_cmd_testkit import (
+    DEADLINE,
     READY,
     SLEEP,
     TERM_EXITS,
@@ -129,6 +131,20 @@ def test_runs_sharing_a_stop_event_share_one_helper_thread_which_ends_when_it_is
     mine.join(30)
     assert not mine.is_alive()
     assert before == _watchers()
+
+
+def test_a_stop_event_never_set_keeps_no_helper_once_its_runs_returned() -> None:
+    """Runs whose stop events are never set leave no helper thread behind (they did, one
+    per event, for the life of the process)."""
+    before = _watchers()
+    for _ in range(20):
+        assert 0 == run(["true"], stop=threading.Event()).returncode
+    started = _watchers() - before
+    assert started, "the runs watched their events from a helper thread"
+    deadline = time.monotonic() + DEADLINE
+    for thread in started:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert set() == {thread for thread in started if thread.is_alive()}
 
 
 def test_an_event_subclass_overriding_set_is_watched_by_the_helper_thread() -> None:
