@@ -107,13 +107,13 @@ class Child:
 
     def _start_waiter(self) -> None:
         store_each(self._exit_fds, os.pipe)
-        proc, write_fd = self.procs[0], self._exit_fds[1]
 
         def wait() -> None:
+            # It holds the Child (self), so that no collection closes the pipe under it.
             try:
-                proc.wait()
+                self.procs[0].wait()
             finally:
-                os.write(write_fd, b"!")  # the read end is readable: the child is reaped
+                os.write(self._exit_fds[1], b"!")  # the read end is readable: reaped
 
         self._waiter = threading.Thread(target=wait, name="sched_cmd child waiter", daemon=True)
         start_helper(self._waiter)
@@ -228,9 +228,17 @@ class Child:
                 if self.procs:
                     _close_pipes(self.procs[0])
 
+    def __del__(self) -> None:
+        # Only a Child whose run was interrupted before close() gets here open.
+        fds = getattr(self, "_exit_fds", None)
+        if fds:
+            close_all(fds)
+
 
 def _close_pipes(proc: subprocess.Popen[Any]) -> None:
-    for stream in (proc.stdin, proc.stdout, proc.stderr):
+    # A Popen interrupted before it set them up has no pipes yet.
+    for name in ("stdin", "stdout", "stderr"):
+        stream = getattr(proc, name, None)
         if stream is not None:
             # A broken stdin pipe: nothing was buffered, nothing is lost.
             with contextlib.suppress(OSError):
