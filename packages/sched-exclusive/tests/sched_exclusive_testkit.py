@@ -83,8 +83,9 @@ class FlockWorld:
 
     def try_hold(self) -> Held | None:
         lock = try_lock(Path(self.dir, "cycle.lock"))
-        if lock is not None:
-            self._held.append(lock)
+        if not lock:
+            return None
+        self._held.append(lock)
         return lock
 
     def hold(self) -> Held:
@@ -94,7 +95,7 @@ class FlockWorld:
 
     def lock_is_free(self) -> bool:
         lock = try_lock(Path(self.dir, "cycle.lock"))
-        if lock is None:
+        if not lock:
             return False
         lock.unlock()
         return True

@@ -271,7 +271,7 @@ def test_in_process_report_of_a_held_lock(
 ) -> None:
     """A lock held by this very process (a second open) shows as running, with our pid."""
     lock = try_lock(tmp_path / "cycle.lock")
-    assert lock is not None
+    assert lock
     try:
         assert 0 == main(["status", str(tmp_path), "--json"])
         report = json.loads(capsys.readouterr().out)
@@ -324,7 +324,7 @@ def test_a_held_lock_on_btrfs_shows_as_running(btrfs_dir: Path) -> None:
     """On btrfs (Synology, Fedora, openSUSE hosts) a held cycle lock is reported as
     running: the lock table's device number is the file system's, not stat's."""
     lock = try_lock(btrfs_dir / "cycle.lock")
-    assert lock is not None
+    assert lock
     try:
         snapshot = status(str(btrfs_dir))
         assert ("running", (os.getpid(),)) == (snapshot.state, snapshot.holder_pids)

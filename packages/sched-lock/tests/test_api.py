@@ -16,6 +16,7 @@ from sched_lock._errors import is_contention, wrap_error
 EXPECTED = {
     "MAX_SLOT_SIZE",
     "Lock",
+    "LockBusy",
     "LockError",
     "SlotFile",
     "SlotFileError",

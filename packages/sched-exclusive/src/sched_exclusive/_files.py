@@ -80,7 +80,8 @@ class FileBackend:
         self._slot = SlotFile(join(directory, QUEUE_NAME))
 
     def try_acquire(self) -> Lock | None:
-        return try_lock(self._lock_path)
+        lock = try_lock(self._lock_path)
+        return lock if lock else None  # a busy answer holds nothing
 
     def read_counter(self) -> int:
         return parse_count(self._slot.mutate(_unchanged))
