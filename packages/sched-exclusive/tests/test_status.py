@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -210,6 +211,32 @@ sys.stdin.readline()
     stuck.write_line("")
     assert 0 == stuck.finish()
     assert f"{tmp_path}: idle; 1 queued request\n" == cli("status", str(tmp_path)).stdout
+
+
+@pytest.mark.parametrize("number", [errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES])
+def test_the_counter_probe_classifies_contention_as_sched_lock_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int
+) -> None:
+    """Every errno sched-lock calls contention (EACCES too, which some systems give
+    for a held flock) is waited out, not reported as a failure; others fail at once.
+    (Linux's flock only gives EWOULDBLOCK, so the first answer is stood in for.)"""
+    from sched_exclusive import _status
+
+    (tmp_path / "cycle.queued").write_bytes(b"2\n")
+    answers = [OSError(number, os.strerror(number))]
+    real = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if answers:
+            raise answers.pop()
+        real(fd, operation)
+
+    monkeypatch.setattr(_status, "_flock", flock)
+    assert 2 == status(str(tmp_path)).pending
+    answers.append(OSError(errno.ENOLCK, os.strerror(errno.ENOLCK)))
+    with pytest.raises(OSError, match="No locks available") as caught:
+        status(str(tmp_path))
+    assert errno.ENOLCK == caught.value.errno
 
 
 LOCKS = """1: POSIX  ADVISORY  WRITE 10 fe:00:{ino} 0 EOF

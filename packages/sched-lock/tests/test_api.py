@@ -20,6 +20,7 @@ EXPECTED = {
     "LockError",
     "SlotFile",
     "SlotFileError",
+    "is_contention",
     "read_holder",
     "try_lock",
 }

@@ -502,10 +502,10 @@ def test_acquisition_is_fast_enough_to_loop(lock_path: str) -> None:
 
 
 @pytest.mark.parametrize("number", [errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES])
-def test_contention_errnos_answer_none(
+def test_contention_errnos_answer_busy(
     lock_path: str, monkeypatch: pytest.MonkeyPatch, number: int
 ) -> None:
-    """Every contention errno flock may give is the answer None, never an error
+    """Every contention errno flock may give is a busy answer, never an error
     (flock itself only gives EWOULDBLOCK on Linux, so it is stood in for)."""
     from sched_lock import _flock
 

@@ -20,6 +20,7 @@ if sys.platform == "win32":  # pragma: no cover
 from ._errors import LockBusy as LockBusy
 from ._errors import LockError as LockError
 from ._errors import SlotFileError as SlotFileError
+from ._errors import is_contention as is_contention
 from ._flock import Lock as Lock
 from ._flock import try_lock as try_lock
 from ._holder import read_holder as read_holder
@@ -33,6 +34,7 @@ __all__ = [
     "LockError",
     "SlotFile",
     "SlotFileError",
+    "is_contention",
     "read_holder",
     "try_lock",
 ]

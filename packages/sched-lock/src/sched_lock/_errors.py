@@ -60,7 +60,19 @@ _CONTENTION = frozenset({_errno.EAGAIN, _errno.EWOULDBLOCK, _errno.EACCES})
 
 
 def is_contention(exc: OSError) -> bool:
-    """Tell whether a failed non-blocking flock means "held by another"."""
+    """Tell whether a failed non-blocking flock(2) means "held by another".
+
+    The one errno classifier for flock, shared by sched-exclusive: contention
+    is ``EWOULDBLOCK`` (what Linux and macOS give), ``EAGAIN``, or ``EACCES``
+    (what some systems and fcntl-emulated flocks give); every other errno is
+    a real failure.
+
+    Args:
+        exc: what ``fcntl.flock(fd, ... | LOCK_NB)`` raised.
+
+    Returns:
+        Whether the lock is held by another open file description.
+    """
     return exc.errno in _CONTENTION
 
 
