@@ -13,9 +13,12 @@ the child's hands before it forks) and the exit descriptors (see
 ``_atomic``). So an exception landing anywhere in `Child.start` (a
 ``KeyboardInterrupt`` from a signal handler) leaves `Child.abort` and
 `Child.close` something they can see: they kill and reap the process and
-close every descriptor. The one gap is inside CPython's ``Popen`` itself,
-between the fork and the moment it records the pid: a process started
-there is out of sight and keeps running.
+close every descriptor. One gap is inside CPython's ``Popen`` itself,
+between the fork and the moment it records the pid, which is where a
+signal that arrived during the fork is handled: on Linux the children of
+the starting thread, read from ``/proc`` before the start, show the process
+all the same, and it is killed and reaped; elsewhere it is out of sight and
+keeps running.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Child:
     """A child process to start, with an exit descriptor and a signal target."""
 
     __slots__ = (
+        "_before",
         "_exit_fds",
         "_kill_group",
         "_lock",
@@ -76,6 +80,7 @@ class Child:
         self.sigterm_reason = ""
         self.sigkill_at: datetime | None = None
         self._exit_fds: list[int] = []  # the pidfd, or the waiter's pipe [read, write]
+        self._before: frozenset[int] | None = None  # this thread's children before the start
         self._pidfd = False
         self._waiter: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -96,6 +101,7 @@ class Child:
         Raises:
             OSError: the command could not be started (``Popen``'s errors).
         """
+        self._before = _thread_children()
         _Popen(self.procs, args, **popen_kwargs)
         pid = self.procs[0].pid
         if _HAVE_PIDFD:
@@ -208,13 +214,29 @@ class Child:
         too.
         """
         if not self.procs or getattr(self.procs[0], "pid", None) is None:
-            return  # nothing was started
+            self._abort_unseen()
+            return
         proc = self.procs[0]
         if proc.returncode is None:
             self.send(signal.SIGKILL)
             proc.wait()
         if self.group_alive():
             self.send(signal.SIGKILL)
+
+    def _abort_unseen(self) -> None:
+        """Kill and reap a process ``Popen`` started but never recorded (see the module notes).
+
+        It is a child of this thread that was not there before the start; it
+        stays ours until reaped, so its pid cannot have been reused.
+        """
+        if self._before is None:
+            return  # the start was not reached, or there is no /proc to look in
+        after = _thread_children()
+        for pid in sorted((after or frozenset()) - self._before):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
     def close(self) -> None:
         """Release the exit descriptors and the pipes (the child must be reaped already)."""
@@ -233,6 +255,17 @@ class Child:
         fds = getattr(self, "_exit_fds", None)
         if fds:
             close_all(fds)
+
+
+def _thread_children() -> frozenset[int] | None:
+    """The calling thread's child processes, from ``/proc`` (Linux); ``None`` elsewhere."""
+    from pathlib import Path
+
+    try:
+        listed = Path(f"/proc/self/task/{threading.get_native_id()}/children").read_bytes()
+    except OSError:
+        return None
+    return frozenset(int(pid) for pid in listed.split())
 
 
 def _close_pipes(proc: subprocess.Popen[Any]) -> None:
