@@ -256,6 +256,17 @@ def test_check_raises_a_called_process_error_whose_message_says_it_was_stopped()
     )
 
 
+def test_check_returncode_raises_the_same_error() -> None:
+    """result.check_returncode() raises CommandFailed with the stop's facts, as check=True."""
+    stop = threading.Event()
+    stop.set()
+    result = run(["true"], stop=stop)
+    with pytest.raises(CommandFailed) as caught:
+        result.check_returncode()
+    assert caught.value.stopped
+    assert str(caught.value).endswith("It was not started: its stop was requested before the call.")
+
+
 def test_check_on_a_plain_failure_keeps_subprocess_message() -> None:
     """A command that failed by itself gets exactly subprocess's message."""
     with pytest.raises(CommandFailed) as caught:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 from ._child import Child
 from ._durations import Duration, to_timedelta
-from ._result import CommandFailed, CompletedRun, GroupReport
+from ._result import CompletedRun, GroupReport
 from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -171,17 +171,7 @@ class Options:
             raise subprocess.TimeoutExpired(
                 outcome.args, self.timeout.total_seconds(), outcome.stdout, outcome.stderr
             )
-        if self.check and outcome.returncode:
-            raise CommandFailed(
-                outcome.returncode,
-                outcome.args,
-                outcome.stdout,
-                outcome.stderr,
-                stopped=outcome.stopped,
-                sigterm_at=outcome.sigterm_at,
-                sigkill_at=outcome.sigkill_at,
-            )
-        return CompletedRun(
+        result: CompletedRun[Any] = CompletedRun(
             outcome.args,
             outcome.returncode,
             outcome.stdout,
@@ -191,6 +181,9 @@ class Options:
             sigterm_at=outcome.sigterm_at,
             sigkill_at=outcome.sigkill_at,
         )
+        if self.check:
+            result.check_returncode()  # CommandFailed
+        return result
 
 
 @final

@@ -68,7 +68,8 @@ class CompletedRun(subprocess.CompletedProcess[T], Generic[T]):
     """``subprocess.CompletedProcess`` that says whether, and how, the run was stopped.
 
     Everything a ``CompletedProcess`` has, it has (``args``, ``returncode``,
-    ``stdout``, ``stderr``, ``check_returncode()``). On top:
+    ``stdout``, ``stderr``, and ``check_returncode()``, which raises
+    `CommandFailed`). On top:
 
     - ``stopped``: the run was asked to stop (its stop event was set, or an
       ``arun`` task cancelled) and the library sent the command SIGTERM (or
@@ -119,6 +120,23 @@ class CompletedRun(subprocess.CompletedProcess[T], Generic[T]):
         self.sigterm_at = sigterm_at
         #: When the library sent SIGKILL to the command, or ``None``.
         self.sigkill_at = sigkill_at
+
+    def check_returncode(self) -> None:
+        """Raise `CommandFailed` if the returncode is non-zero, saying whether it was stopped.
+
+        Raises:
+            CommandFailed: the returncode is non-zero (a ``CalledProcessError``).
+        """
+        if self.returncode:
+            raise CommandFailed(
+                self.returncode,
+                self.args,
+                self.stdout,
+                self.stderr,
+                stopped=self.stopped,
+                sigterm_at=self.sigterm_at,
+                sigkill_at=self.sigkill_at,
+            )
 
     def __repr__(self) -> str:
         text = super().__repr__()[:-1]
