@@ -83,7 +83,7 @@ class FlockWorld:
 
     def try_hold(self) -> Held | None:
         lock = try_lock(Path(self.dir, "cycle.lock"))
-        if not lock:
+        if lock.busy:  # read in C: no interrupt point while a held lock is in a local
             return None
         self._held.append(lock)
         return lock
@@ -95,7 +95,7 @@ class FlockWorld:
 
     def lock_is_free(self) -> bool:
         lock = try_lock(Path(self.dir, "cycle.lock"))
-        if not lock:
+        if lock.busy:
             return False
         lock.unlock()
         return True

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable
+from itertools import filterfalse
+from operator import attrgetter
 
 from sched_lock import Lock, SlotFile, try_lock
 
 from ._outcome import LOCK_NAME, QUEUE_NAME
+
+_BUSY = attrgetter("busy")
 
 __all__ = ["FileBackend", "format_count", "join", "parse_count"]
 
@@ -80,8 +84,11 @@ class FileBackend:
         self._slot = SlotFile(join(directory, QUEUE_NAME))
 
     def try_acquire(self) -> Lock | None:
-        lock = try_lock(self._lock_path)
-        return lock if lock else None  # a busy answer holds nothing
+        # A busy answer (it holds nothing) becomes None. The held lock is never
+        # kept in a local, nor given to Python code (bool() would run one): an
+        # interrupt as the call returns drops it at once, and its finalizer
+        # releases it. filterfalse, attrgetter and Lock.busy all run in C.
+        return next(filterfalse(_BUSY, (try_lock(self._lock_path),)), None)
 
     def read_counter(self) -> int:
         return parse_count(self._slot.mutate(_unchanged))

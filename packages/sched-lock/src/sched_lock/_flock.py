@@ -14,6 +14,7 @@ import fcntl
 import os
 import time
 import warnings
+from operator import attrgetter as _attrgetter
 
 from ._compat import TYPE_CHECKING, final
 from ._errors import busy_error, is_contention, open_error, wrap_error
@@ -164,10 +165,19 @@ class Lock:
         """Whether this process holds the lock: :attr:`locked`."""
         return self.locked
 
-    @property
-    def busy(self) -> bool:
-        """Whether :func:`try_lock` found the lock held by another holder (nothing acquired)."""
-        return self._busy
+    if TYPE_CHECKING:
+
+        @property
+        def busy(self) -> bool:
+            """Whether :func:`try_lock` found the lock held by another holder."""
+    else:
+        # Read in C (no Python frame runs), so that a caller can test a fresh
+        # answer where no signal handler's exception can land on a held lock.
+        busy = property(
+            _attrgetter("_busy"),
+            doc="Whether :func:`try_lock` found the lock held by another holder "
+            "(nothing was acquired). Reading it runs no Python code.",
+        )
 
     @property
     def path(self) -> str:

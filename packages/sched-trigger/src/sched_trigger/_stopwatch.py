@@ -106,7 +106,7 @@ class Subscription:
                 # was never entered finds no subscription and ends.
                 start_helper(watcher.thread)
                 _watchers[id(event)] = watcher
-            watcher.subscribers[self] = None  # with no call in between:
+            watcher.subscribers[self] = self._callback  # with no call in between:
             self._watcher = watcher  # cancel() always finds what start() added
         if event.is_set():
             # Set meanwhile: its helper may have called back before we joined.
@@ -134,7 +134,8 @@ class _Watcher:
 
     def __init__(self, event: threading.Event) -> None:
         self.event = event
-        self.subscribers: dict[Subscription, None] = {}
+        #: Each subscription and its callback.
+        self.subscribers: dict[Subscription, Callable[[], object]] = {}
         self.thread = threading.Thread(target=self._watch, name=_NAME, daemon=True)
 
     def _forget(self) -> None:
@@ -154,11 +155,11 @@ class _Watcher:
             self._forget()
             # Under the lock: once cancel() has returned, its callback is never
             # called (it may close what the callback touches).
-            subscribers, self.subscribers = list(self.subscribers), {}
+            callbacks, self.subscribers = list(self.subscribers.values()), {}
             error: Exception | None = None
-            for subscription in subscribers:
+            for callback in callbacks:
                 try:
-                    subscription._callback()
+                    callback()
                 except Exception as exc:  # call the others; report the first
                     error = error or exc
         if error is not None:
