@@ -30,6 +30,7 @@ minute.
 
 from __future__ import annotations
 
+import os
 import threading
 
 TYPE_CHECKING = False
@@ -70,6 +71,16 @@ _lock = threading.Lock()
 # Keyed by id(event): the helper holds the event, so the id cannot be reused
 # while its entry exists.
 _watchers: dict[int, _Watcher] = {}
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: no helper survived the fork, and the lock may be held."""
+    global _lock
+    _lock = threading.Lock()
+    _watchers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class Subscription:
