@@ -114,7 +114,7 @@ def sched_lock_run(directory: str) -> Op:
 
     def op() -> None:
         lock = try_lock(lock_path)
-        assert lock is not None
+        assert lock
         parse(mutate(bytes))
         noop()
         parse(mutate(bytes))
@@ -161,7 +161,7 @@ def bare_lock(directory: str) -> Op:
 
     def op() -> None:
         lock = try_lock(path)
-        assert lock is not None
+        assert lock
         lock.unlock()
 
     return op

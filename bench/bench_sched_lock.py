@@ -138,7 +138,7 @@ def floor_increment(path: str, *, truncate_first: bool = False) -> Op:
 def ours_lock(path: str) -> Op:
     def op() -> None:
         lock = try_lock(path)
-        assert lock is not None
+        assert lock
         lock.unlock()
 
     return op
@@ -146,7 +146,7 @@ def ours_lock(path: str) -> Op:
 
 def ours_lock_with(path: str) -> Op:
     def op() -> None:
-        with try_lock(path):  # type: ignore[union-attr]
+        with try_lock(path):
             pass
 
     return op

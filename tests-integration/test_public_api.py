@@ -114,24 +114,7 @@ def open_classes(module: types.ModuleType) -> dict[str, str]:
     return found
 
 
-# sched_interval's typing.final shim returns the class unchanged at run time,
-# where sched_lock's sets __final__ as typing.final does; one source for that
-# shim is issue 22 item 3 (another branch): at its merge this case passes and
-# the strict xfail fails, so the mark is removed then.
-_FINAL_PARAMS = [
-    pytest.param(
-        name,
-        marks=pytest.mark.xfail(
-            reason="issue 22 item 3: sched_interval's final shim sets no __final__", strict=True
-        ),
-    )
-    if name == "sched_interval"
-    else name
-    for name in IMPORT_NAMES
-]
-
-
-@pytest.mark.parametrize("import_name", _FINAL_PARAMS)
+@pytest.mark.parametrize("import_name", IMPORT_NAMES)
 def test_every_public_class_is_final(import_name: str) -> None:
     """Every public class is final (``typing.final``), but protocols and error bases."""
     assert {} == open_classes(importlib.import_module(import_name))

@@ -172,7 +172,7 @@ def run_cycle(
     """Run one cycle: the real command, stopped gracefully if *stop* is set.
 
     Raises:
-        CycleStopped: the command exited non-zero after *stop* was set.
+        CycleStopped: the command exited non-zero because *stop* stopped it.
         CycleFailed: the command exited non-zero otherwise.
     """
     number = next(_cycle_numbers)
@@ -181,6 +181,8 @@ def run_cycle(
         config.command,
         stop=stop,
         grace=config.grace,
+        # JOB_COMMAND may be a shell (sh -c "..."): SIGTERM must reach what it started.
+        kill_group=True,
         env={**os.environ, **(env or {}), "JOB_CYCLE": str(number)},
     )
     log.info(
@@ -190,7 +192,7 @@ def run_cycle(
         extra={"app_cycle": number, "app_returncode": result.returncode},
     )
     if result.returncode != 0:
-        if stop.is_set():
+        if result.stopped:  # the library stopped it: a drain (stop.is_set() would race)
             raise CycleStopped(
                 f"cycle {number}: stopped by shutdown, command exited with status "
                 f"{result.returncode}"

@@ -6,11 +6,13 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
 import pytest
 from sched_cmd_testkit import (
+    DEADLINE,
     READY,
     SLEEP,
     TERM_EXITS,
@@ -131,6 +133,20 @@ def test_runs_sharing_a_stop_event_share_one_helper_thread_which_ends_when_it_is
     assert before == _watchers()
 
 
+def test_a_stop_event_never_set_keeps_no_helper_once_its_runs_returned() -> None:
+    """Runs whose stop events are never set leave no helper thread behind (they did, one
+    per event, for the life of the process)."""
+    before = _watchers()
+    for _ in range(20):
+        assert 0 == run(["true"], stop=threading.Event()).returncode
+    started = _watchers() - before
+    assert started, "the runs watched their events from a helper thread"
+    deadline = time.monotonic() + DEADLINE
+    for thread in started:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert set() == {thread for thread in started if thread.is_alive()}
+
+
 def test_an_event_subclass_overriding_set_is_watched_by_the_helper_thread() -> None:
     """A subclass with its own set() gets the helper thread, which still stops the run."""
 
@@ -160,3 +176,31 @@ def test_the_stop_event_works_as_usual_after_runs() -> None:
     waiter.join(30)
     assert not waiter.is_alive()
     assert stop.is_set()
+
+
+# os.fork() in a process with threads: Python 3.12 warns, as it should; this is the point.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_watches_a_stop_event_its_parent_watched() -> None:
+    """A process forked while a helper watched an event gets a helper of its own (the
+    parent's did not survive the fork): a callback there still runs when it is set."""
+    from sched_cmd._stopwatch import subscribe
+
+    stop = threading.Event()
+    cancel = subscribe(stop, lambda: None)  # the parent's helper now watches *stop*
+    try:
+        with report() as pipe:
+            pid = os.fork()
+            if pid == 0:  # the child: subscribe, then set the event, and say if it was called
+                try:
+                    called = threading.Event()
+                    subscribe(stop, called.set)
+                    threading.Thread(target=stop.set).start()  # after the subscription
+                    os.write(pipe.write_fd, f"{called.wait(DEADLINE)}\n".encode())
+                finally:
+                    os._exit(0)
+            try:
+                assert "True" == pipe.line()
+            finally:
+                os.waitpid(pid, 0)
+    finally:
+        cancel()

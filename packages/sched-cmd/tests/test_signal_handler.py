@@ -24,14 +24,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sched_cmd_testkit import READY, SLEEP, TERM_EXITS, child, on_ready, python, report
+from sched_cmd_testkit import python
 
-import sched_cmd._child
 from sched_cmd import run
 
 STORM = """
@@ -120,36 +118,8 @@ def test_sigterm_handler_setting_stop_during_runs_soak(tmp_path: Path) -> None:
 
 
 # --- what makes the handler run at once -----------------------------------------------------
-
-
-def _blocked_signals(thread: threading.Thread) -> int:
-    assert thread.native_id is not None
-    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
-    return int(next(x for x in status.splitlines() if x.startswith("SigBlk:")).split()[1], 16)
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
-def test_helper_threads_never_take_a_signal_meant_for_the_main_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The stop watcher and the child waiter block every signal, so SIGTERM reaches main."""
-    monkeypatch.setattr(sched_cmd._child, "_HAVE_PIDFD", False)  # start a child waiter too
-    stop = threading.Event()
-    seen: dict[str, int] = {}
-    with report() as pipe:
-
-        def inspect(_pid: int) -> None:
-            for thread in threading.enumerate():
-                if thread.name.startswith("sched_cmd "):
-                    seen[thread.name] = _blocked_signals(thread)
-            stop.set()
-
-        on_ready(pipe, inspect)
-        run(child(pipe, TERM_EXITS, READY, SLEEP), stop=stop, pass_fds=[pipe.write_fd])
-    assert {"sched_cmd stop watcher", "sched_cmd child waiter"} == set(seen)
-    for mask in seen.values():
-        assert mask & (1 << (signal.SIGTERM - 1))
-        assert mask & (1 << (signal.SIGINT - 1))
+# (That every helper thread blocks every signal is checked once for all packages, in
+# tests-integration/test_helper_threads.py.)
 
 
 @pytest.fixture

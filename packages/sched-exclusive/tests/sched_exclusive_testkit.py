@@ -80,8 +80,9 @@ class FlockWorld:
 
     def try_hold(self) -> Held | None:
         lock = try_lock(Path(self.dir, "cycle.lock"))
-        if lock is not None:
-            self._held.append(lock)
+        if lock.busy:  # read in C: no interrupt point while a held lock is in a local
+            return None
+        self._held.append(lock)
         return lock
 
     def hold(self) -> Held:
@@ -91,7 +92,7 @@ class FlockWorld:
 
     def lock_is_free(self) -> bool:
         lock = try_lock(Path(self.dir, "cycle.lock"))
-        if lock is None:
+        if lock.busy:
             return False
         lock.unlock()
         return True

@@ -45,7 +45,7 @@ def hold(directory: str) -> Iterator[Callable[[], Lock]]:
 
     def take() -> Lock:
         lock = try_lock(Path(directory, "cycle.lock"))
-        assert lock is not None
+        assert not lock.busy
         taken.append(lock)
         return lock
 
@@ -60,7 +60,7 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def lock_is_free(directory: str) -> bool:
     lock = try_lock(Path(directory, "cycle.lock"))
-    if lock is None:
+    if lock.busy:
         return False
     lock.unlock()
     return True

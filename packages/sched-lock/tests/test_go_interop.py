@@ -7,10 +7,13 @@ that reader, so these tests pin that our lines read back exactly in Go and that
 we read RFC 3339 lines exactly as Go does.
 
 Go's parser is more lenient than RFC 3339 (a one-digit hour, a comma before
-the fraction, offsets up to +99:99): such lines are garbage to us. So the
-checks are: every RFC 3339 line reads the same on both sides, and whatever we
-accept, Go accepts as the same instant. Go before 1.20 rejects more than nine
-fraction digits, which newer Go (and we) ignore, so those are left out.
+the fraction, offsets up to ±24:60, year 0000), and we read what it reads. So
+the checks are: every RFC 3339 line and every such spelling reads as the same
+instant on both sides (or, past the ends of ``datetime``, as the nearest one
+it holds), and whatever we accept, Go accepts as the same instant. Go before
+1.20 differs from the Go the library requires (1.27) in two ways these checks
+leave out: it refuses more than nine fraction digits, and it reads offsets up
+to ±99:99.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from sched_testing import find_go, hex_lines
 
@@ -53,9 +56,18 @@ def go_parse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GoParse]:
         yield parse
 
 
+MIN = datetime.min.replace(tzinfo=UTC)
+MAX = datetime.max.replace(tzinfo=UTC)
+
+
 def as_datetime(instant: tuple[int, int]) -> datetime:
-    """Go's instant as we read it: to the microsecond, truncated."""
+    """Go's instant as we read it: to the microsecond, truncated; past the ends of
+    ``datetime`` (Go's year zero), the nearest instant it holds."""
     seconds, nanos = instant
+    if seconds < (MIN - EPOCH) // timedelta(seconds=1):
+        return MIN
+    if seconds > (MAX - EPOCH) // timedelta(seconds=1):
+        return MAX
     return EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
@@ -88,6 +100,47 @@ def test_we_read_rfc3339_as_go_does(go_parse: GoParse, line: bytes) -> None:
     expected = go_parse(line)
     assert expected is not None, line
     assert as_datetime(expected) == parse_holder(line)
+
+
+@st.composite
+def go_spellings(draw: st.DrawFn) -> bytes:
+    """Date-times in the spellings Go reads beyond RFC 3339: a one-digit hour, a comma
+    before the fraction, offsets up to ±24:60, any year from 0000, any day up to 31
+    (Go refuses February 30th; so must we)."""
+    year, month, day = (
+        draw(st.integers(0, 9999)),
+        draw(st.integers(1, 12)),
+        draw(st.integers(1, 31)),
+    )
+    hour = draw(st.integers(0, 23))
+    hour_text = str(hour) if hour < 10 and draw(st.booleans()) else f"{hour:02d}"
+    minute, second = draw(st.integers(0, 59)), draw(st.integers(0, 59))
+    digits = draw(st.integers(0, 9))
+    fraction = draw(st.sampled_from(".,")) + draw(
+        st.text("0123456789", min_size=digits, max_size=digits)
+    )
+    hours, minutes = draw(st.integers(0, 24)), draw(st.integers(0, 60))
+    zone = draw(
+        st.sampled_from(["Z", f"+{hours:02d}:{minutes:02d}", f"-{hours:02d}:{minutes:02d}"])
+    )
+    text = (
+        f"{year:04d}-{month:02d}-{day:02d}T{hour_text}:{minute:02d}:{second:02d}"
+        f"{fraction if digits else ''}{zone}"
+    )
+    return text.encode()
+
+
+@given(go_spellings())
+@example(b"2026-12-02T12:00:00,5Z")
+@example(b"2026-12-02T12:00:00+24:00")
+@example(b"0000-01-01T00:00:00Z")
+@example(b"0000-12-31T23:00:00-02:00")
+@example(b"9999-12-31T23:59:59-24:60")
+def test_we_read_what_go_reads_beyond_rfc3339(go_parse: GoParse, line: bytes) -> None:
+    """Go's own spellings read as Go reads them: the same instant (the nearest one a
+    datetime holds, for Go's year zero), or unknown on both sides."""
+    expected = go_parse(line)
+    assert (None if expected is None else as_datetime(expected)) == parse_holder(line), line
 
 
 def nine_digits_at_most(line: bytes) -> bool:

@@ -89,6 +89,38 @@ def test_parses_go_lines(line: bytes, expected: datetime) -> None:
     assert UTC == actual.tzinfo
 
 
+MIN = datetime.min.replace(tzinfo=UTC)
+MAX = datetime.max.replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # A comma before the fraction, as Go reads it since 1.17.
+        (b"2026-12-02T12:00:00,5Z", datetime(2026, 12, 2, 12, 0, 0, 500000, tzinfo=UTC)),
+        (b"2026-12-02T12:00:00,123456789Z", datetime(2026, 12, 2, 12, 0, 0, 123456, tzinfo=UTC)),
+        # Offsets up to 24 hours and 60 minutes ("some people do write" them, says Go).
+        (b"2026-12-02T12:00:00+24:00", datetime(2026, 12, 1, 12, 0, tzinfo=UTC)),
+        (b"2026-12-02T12:00:00-24:00", datetime(2026, 12, 3, 12, 0, tzinfo=UTC)),
+        (b"2026-12-02T12:00:00+02:60", datetime(2026, 12, 2, 9, 0, tzinfo=UTC)),
+        (b"2026-12-02T12:00:00.5+24:60", datetime(2026, 12, 1, 11, 0, 0, 500000, tzinfo=UTC)),
+        # A one-digit hour (Go's layout "15").
+        (b"2026-12-02T7:05:09Z", datetime(2026, 12, 2, 7, 5, 9, tzinfo=UTC)),
+        # Year 0000 (leap, as in Go's proleptic calendar): in range once in UTC...
+        (b"0000-12-31T23:00:00-02:00", datetime(1, 1, 1, 1, 0, tzinfo=UTC)),
+        # ...or the nearest instant a datetime holds: known, and at least that old.
+        (b"0000-01-01T00:00:00Z", MIN),
+        (b"0000-02-29T12:00:00Z", MIN),
+        (b"0001-01-01T00:00:00+00:01", MIN),
+        (b"9999-12-31T23:59:59-00:01", MAX),
+    ],
+)
+def test_reads_what_go_reads_beyond_rfc3339(line: bytes, expected: datetime) -> None:
+    """The spellings Go's parser reads that RFC 3339 does not: the same instant, or the
+    nearest one a datetime can hold (cross-checked against Go in test_go_interop)."""
+    assert expected == parse_holder(line)
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -108,12 +140,15 @@ def test_parses_go_lines(line: bytes, expected: datetime) -> None:
         b"2026-12-02T24:00:00Z",
         b"2026-12-02T12:60:00Z",
         b"2026-12-02T12:00:60Z",  # Go rejects leap seconds too
-        b"2026-12-02T12:00:00+24:00",
-        b"2026-12-02T12:00:00+02:60",
+        b"2026-12-02T12:00:00+25:00",  # Go refuses an offset over 24 hours
+        b"2026-12-02T12:00:00+02:61",  # or over 60 minutes
+        b"2026-12-02T12:00:00+2:00",
+        b"2026-12-02T12:00:00,Z",
+        b"2026-12-02T012:00:00Z",
+        b"2026-12-02T12:0:00Z",
+        b"0000-02-30T00:00:00Z",
         b"2026-12-02T12:00:00+0200",
         b"2026-12-02T12:00:00+02",
-        b"2026-12-02T12:00:00,5Z",
-        b"0000-01-01T00:00:00Z",  # Go's year zero has no datetime
         b"+026-12-02T12:00:00Z",
         b"2026-1-02T12:00:00Z",
         b"2026-12-02T12:00:00Z\n2026-12-02T12:00:00Z\n",  # two lines
@@ -121,8 +156,6 @@ def test_parses_go_lines(line: bytes, expected: datetime) -> None:
         b"\xff\xfe2026-12-02T12:00:00Z",
         "\uff12\uff10\uff12\uff16-12-02T12:00:00Z".encode(),  # fullwidth digits
         b"2026-12-02T12:00:00\xd9\xa0Z",
-        b"0001-01-01T00:00:00+00:01",  # before datetime.min once in UTC
-        b"9999-12-31T23:59:59-00:01",  # past datetime.max once in UTC
         b"garbage",
     ],
 )

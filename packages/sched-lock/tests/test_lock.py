@@ -46,7 +46,7 @@ def umask_022() -> Iterator[None]:
 def must_lock(path: str | os.PathLike[str], **kwargs: bool) -> Lock:
     """try_lock that must succeed."""
     lock = try_lock(path, **kwargs)
-    assert lock is not None
+    assert lock, lock
     return lock
 
 
@@ -73,8 +73,8 @@ def test_second_open_in_process_contends(lock_path: str) -> None:
     """flock belongs to the open file description: a second open in-process is refused."""
     lock = must_lock(lock_path)
     try:
-        assert try_lock(lock_path) is None
-        assert try_lock(Path(lock_path)) is None
+        assert try_lock(lock_path).busy
+        assert try_lock(Path(lock_path)).busy
     finally:
         lock.unlock()
     must_lock(lock_path).unlock()
@@ -169,7 +169,7 @@ def test_contender_never_writes(lock_path: str) -> None:
     with must_lock(lock_path):
         Path(lock_path).write_bytes(b"2000-01-01T00:00:00Z\n")
         os.utime(lock_path, ns=(0, 0))
-        assert try_lock(lock_path) is None
+        assert try_lock(lock_path).busy
         assert b"2000-01-01T00:00:00Z\n" == Path(lock_path).read_bytes()
         assert 0 == Path(lock_path).stat().st_mtime_ns
 
@@ -244,14 +244,14 @@ def test_symlink_followed_by_default(tmp_path: Path) -> None:
     link = tmp_path / "cycle.lock"
     link.symlink_to(target)
     with must_lock(link):
-        assert try_lock(target) is None
+        assert try_lock(target).busy
     assert HOLDER_LINE.fullmatch(target.read_bytes())
 
 
 def test_no_follow_still_locks_regular_files(lock_path: str) -> None:
     """follow_symlinks=False locks a regular file as usual."""
     with must_lock(lock_path, follow_symlinks=False):
-        assert try_lock(lock_path, follow_symlinks=False) is None
+        assert try_lock(lock_path, follow_symlinks=False).busy
 
 
 def test_errors_pickle(tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ def test_many_operations_leak_no_descriptor(lock_path: str, tmp_path: Path) -> N
     before = sorted(entry.name for entry in Path("/proc/self/fd").iterdir())
     for _ in range(50):
         with must_lock(lock_path):
-            assert try_lock(lock_path) is None
+            assert try_lock(lock_path).busy
         with pytest.raises(FileNotFoundError):
             try_lock(tmp_path / "absent" / "x")
     assert before == sorted(entry.name for entry in Path("/proc/self/fd").iterdir())
@@ -288,7 +288,7 @@ def test_cross_process_contention(lock_path: str, spawn: Spawn) -> None:
     """A lock held by another process refuses us until that process releases it."""
     child = spawn(HOLD.format(path=lock_path))
     assert "held" == child.read_line()
-    assert try_lock(lock_path) is None
+    assert try_lock(lock_path).busy
     child.send("release")
     assert 0 == child.wait()
     must_lock(lock_path).unlock()
@@ -409,7 +409,7 @@ again.unlock()
     child = spawn(code)
     assert f"LOG WARNING sched_lock {lock_path} File too large" == child.read_line()
     assert "held True None" == child.read_line()
-    assert try_lock(lock_path) is None  # the child holds it
+    assert try_lock(lock_path).busy  # the child holds it
     child.send("go")
     assert "again True" == child.read_line()  # and no second log line before it
     assert 0 == child.wait()
@@ -451,7 +451,7 @@ def test_unwritable_lock_file_still_locks(
     path = device_node(tmp_path, "cycle.lock", minor)
     for _ in range(3):
         lock = must_lock(path)
-        assert try_lock(path) is None
+        assert try_lock(path).busy
         assert read_holder(path) is None
         lock.unlock()
     [record] = caplog.records
@@ -505,10 +505,10 @@ def test_acquisitions_in_a_row_each_leave_their_own_holder_line(lock_path: str) 
 
 
 @pytest.mark.parametrize("number", [errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES])
-def test_contention_errnos_answer_none(
+def test_contention_errnos_answer_busy(
     lock_path: str, monkeypatch: pytest.MonkeyPatch, number: int
 ) -> None:
-    """Every contention errno flock may give is the answer None, never an error
+    """Every contention errno flock may give is a busy answer, never an error
     (flock itself only gives EWOULDBLOCK on Linux, so it is stood in for)."""
     from sched_lock import _flock
 
@@ -516,7 +516,7 @@ def test_contention_errnos_answer_none(
         raise OSError(number, os.strerror(number))
 
     monkeypatch.setattr(_flock, "_flock", flock)
-    assert try_lock(lock_path) is None
+    assert try_lock(lock_path).busy
 
 
 @pytest.mark.parametrize(
@@ -582,7 +582,7 @@ sys.stdin.readline()
 held = 0
 for _ in range(400):
     lock = try_lock({lock_path!r})
-    if lock is None:
+    if not lock:
         continue
     with lock:
         os.write(journal, b"S %d\\n" % os.getpid())
@@ -653,7 +653,7 @@ def test_unlock_in_a_forked_child_leaves_the_parents_lock_held(lock_path: str) -
         _, status = os.waitpid(pid, 0)
         assert 0 == os.waitstatus_to_exitcode(status)
         assert lock.locked
-        assert try_lock(lock_path) is None  # still held: the child did not release it
+        assert try_lock(lock_path).busy  # still held: the child did not release it
     finally:
         lock.unlock()
     must_lock(lock_path).unlock()
@@ -681,7 +681,7 @@ def test_a_forked_childs_copy_collected_is_closed_quietly(lock_path: str) -> Non
     try:
         _, status = os.waitpid(pid, 0)
         assert 0 == os.waitstatus_to_exitcode(status)
-        assert try_lock(lock_path) is None
+        assert try_lock(lock_path).busy
     finally:
         lock.unlock()
 

@@ -86,6 +86,7 @@ def test_the_client_path_loads_no_asyncio() -> None:
     assert {
         "sched_trigger",
         "sched_trigger._client",
+        "sched_trigger._compat",
         "sched_trigger._errors",
         "sched_trigger._wire",
     } == {m for m in modules if m.startswith("sched_trigger")}
@@ -105,6 +106,7 @@ def test_the_cli_loads_no_more_than_the_client() -> None:
         "sched_trigger",
         "sched_trigger.__main__",
         "sched_trigger._client",
+        "sched_trigger._compat",
         "sched_trigger._errors",
         "sched_trigger._wire",
     }

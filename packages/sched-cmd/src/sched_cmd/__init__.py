@@ -19,6 +19,7 @@ if sys.platform == "win32":  # pragma: no cover - the package refuses to import 
     )
 
 from ._core import DEFAULT_GRACE as DEFAULT_GRACE
+from ._result import CommandFailed as CommandFailed
 from ._result import CompletedRun as CompletedRun
 from ._result import GroupReport as GroupReport
 from ._run import CommandRunner as CommandRunner
@@ -28,6 +29,7 @@ from ._run import run as run
 
 __all__ = [
     "DEFAULT_GRACE",
+    "CommandFailed",
     "CommandRunner",
     "CompletedRun",
     "GroupReport",

@@ -11,13 +11,14 @@ only timers are deadlines (the timeout, the end of the grace), passed to
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import selectors
 import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 from ._child import Child
@@ -45,6 +46,8 @@ _INFO = 20  # logging.INFO, without importing logging until a message is due
 _SWEEP_FIRST_CHECK = 0.001
 _SWEEP_MAX_CHECK = 0.05
 _TEXT_KEYS = ("text", "universal_newlines", "encoding", "errors")
+#: The reason of a SIGTERM sent for a stop request (the stop event, a cancellation).
+_STOP_REQUESTED = "stop requested"
 
 
 def _logger(logger: logging.Logger | None) -> logging.Logger:
@@ -153,6 +156,7 @@ class Options:
             empty if self.popen_kwargs.get("stdout") == piped else None,
             empty if self.popen_kwargs.get("stderr") == piped else None,
             timed_out=False,
+            stopped=True,
         )
 
     def finish(self, outcome: Outcome) -> CompletedRun[Any]:
@@ -160,27 +164,43 @@ class Options:
 
         Raises:
             subprocess.TimeoutExpired: the timeout passed (the child was stopped).
-            subprocess.CalledProcessError: ``check`` and a non-zero returncode.
+            CommandFailed: ``check`` and a non-zero returncode.
         """
         if outcome.timed_out:
             assert self.timeout is not None
             raise subprocess.TimeoutExpired(
                 outcome.args, self.timeout.total_seconds(), outcome.stdout, outcome.stderr
             )
-        if self.check and outcome.returncode:
-            raise subprocess.CalledProcessError(
-                outcome.returncode, outcome.args, outcome.stdout, outcome.stderr
-            )
-        return CompletedRun(
-            outcome.args, outcome.returncode, outcome.stdout, outcome.stderr, group=outcome.group
+        result: CompletedRun[Any] = CompletedRun(
+            outcome.args,
+            outcome.returncode,
+            outcome.stdout,
+            outcome.stderr,
+            group=outcome.group,
+            stopped=outcome.stopped,
+            sigterm_at=outcome.sigterm_at,
+            sigkill_at=outcome.sigkill_at,
         )
+        if self.check:
+            result.check_returncode()  # CommandFailed
+        return result
 
 
 @final
 class Outcome:
     """What a finished run produced, before ``check`` and the timeout are applied."""
 
-    __slots__ = ("args", "group", "returncode", "stderr", "stdout", "timed_out")
+    __slots__ = (
+        "args",
+        "group",
+        "returncode",
+        "sigkill_at",
+        "sigterm_at",
+        "stderr",
+        "stdout",
+        "stopped",
+        "timed_out",
+    )
 
     def __init__(
         self,
@@ -190,6 +210,9 @@ class Outcome:
         stderr: str | bytes | None,
         *,
         timed_out: bool,
+        stopped: bool = False,
+        sigterm_at: datetime | None = None,
+        sigkill_at: datetime | None = None,
         group: GroupReport | None = None,
     ) -> None:
         self.args = args
@@ -197,16 +220,25 @@ class Outcome:
         self.stdout = stdout
         self.stderr = stderr
         self.timed_out = timed_out
+        self.stopped = stopped
+        self.sigterm_at = sigterm_at
+        self.sigkill_at = sigkill_at
         self.group = group
 
 
-def execute(options: Options, wakeup: Wakeup) -> Outcome:
+def execute(options: Options, wakeup: Wakeup, child: Child | None = None) -> Outcome:
     """Start the child, feed and drain its pipes, stop it on request, reap it.
+
+    Whatever interrupts it (an exception from a signal handler, at any point
+    of this package's code), the child it could see is killed and reaped and
+    every descriptor it opened is closed before the exception propagates.
 
     Args:
         options: the validated arguments.
         wakeup: carries stop and kill requests from other threads; a stop
             requested before the start means no child is started.
+        child: a `Child` already started (by ``arun``, in the event loop's
+            thread); this call owns it from now on. ``None``: start one here.
 
     Returns:
         The outcome; the child is always reaped.
@@ -214,43 +246,28 @@ def execute(options: Options, wakeup: Wakeup) -> Outcome:
     Raises:
         OSError: the child could not be started (``subprocess.Popen``'s errors).
     """
-    if wakeup.stop_requested or wakeup.kill_requested:
-        return options.not_started()
-    proc = subprocess.Popen(options.args, **options.popen_kwargs)
-    child: Child | None = None
+    if child is None:
+        if wakeup.stop_requested or wakeup.kill_requested:
+            return options.not_started()
+        child = Child(kill_group=options.kill_group)  # owns nothing yet
+        start = True
+    else:
+        start = False
     try:
-        child = Child(proc, kill_group=options.kill_group)
+        if start:
+            child.start(options.args, options.popen_kwargs)
         with selectors.DefaultSelector() as selector:
-            session = _Session(options, proc, child, selector, wakeup)
+            session = _Session(options, child, selector, wakeup)
             session.wait()
             return session.outcome()
     except BaseException:
-        _abort(proc, child)
+        child.abort()
         raise
     finally:
-        wakeup.set_stop_action(None)  # before the pidfd closes and its number is reused
-        if child is not None:
+        try:
+            wakeup.set_stop_action(None)  # before the pidfd closes and its number is reused
+        finally:
             child.close()
-        _close_pipes(proc)
-
-
-def _abort(proc: subprocess.Popen[Any], child: Child | None) -> None:
-    """On an unexpected exception (``KeyboardInterrupt``...): SIGKILL the child, reap it."""
-    if child is None:
-        proc.kill()
-    else:
-        child.send(signal.SIGKILL)
-    proc.wait()
-    if child is not None and child.group_alive():
-        child.send(signal.SIGKILL)
-
-
-def _close_pipes(proc: subprocess.Popen[Any]) -> None:
-    for stream in (proc.stdin, proc.stdout, proc.stderr):
-        if stream is not None:
-            # A broken stdin pipe: nothing was buffered, nothing is lost.
-            with contextlib.suppress(OSError):
-                stream.close()
 
 
 @final
@@ -260,13 +277,12 @@ class _Session:
     def __init__(
         self,
         options: Options,
-        proc: subprocess.Popen[Any],
         child: Child,
         selector: selectors.BaseSelector,
         wakeup: Wakeup,
     ) -> None:
         self.options = options
-        self.proc = proc
+        self.proc = proc = child.proc
         self.child = child
         self.selector = selector
         self.wakeup = wakeup
@@ -276,6 +292,7 @@ class _Session:
         self.deadline: float | None = None  # end of the grace: SIGKILL, pipes cut
         self.deadline_passed = False
         self.terminating = False
+        self.sigterm_logged = False
         self.timed_out = False
         self.returncode: int | None = None
         self.group_done = not options.kill_group
@@ -288,7 +305,7 @@ class _Session:
         selector.register(wakeup.fileno(), selectors.EVENT_READ, "wakeup")
         # A stop request sends SIGTERM from the requesting thread at once; this
         # thread then wakes to start the grace and log it.
-        wakeup.set_stop_action(child.terminate)
+        wakeup.set_stop_action(functools.partial(child.terminate, _STOP_REQUESTED))
         selector.register(child.exit_fd(), selectors.EVENT_READ, "exit")
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
@@ -331,6 +348,9 @@ class _Session:
                 else:
                     self._on_exit()
             self._on_time(time.monotonic())
+        # The stop request's thread may have sent SIGTERM to a child whose exit
+        # ended the loop before its wake-up byte was read: say so all the same.
+        self._log_sigterm()
 
     def _finished(self) -> bool:
         return self.returncode is not None and not self._open_outputs() and self.group_done
@@ -366,8 +386,11 @@ class _Session:
             self.terminating = True
             self.deadline = now
             self._grace_over("kill requested")
-        elif self.wakeup.stop_requested and self.returncode is None:
-            self._terminate(now, "stop requested")
+        elif self.wakeup.stop_requested:
+            if self.returncode is None:
+                self._terminate(now, _STOP_REQUESTED)
+            else:  # sent by the request's thread before the child exited, maybe
+                self._log_sigterm()
 
     def _terminate(self, now: float, reason: str) -> None:
         """Send SIGTERM and start the grace (if it has not started)."""
@@ -376,10 +399,18 @@ class _Session:
         self.terminating = True
         if self.deadline is None:
             self.deadline = now + self.grace
-        self.child.terminate()  # a no-op if the stop request's thread already sent it
+        self.child.terminate(reason)  # a no-op if the stop request's thread already sent it
+        self._log_sigterm()
+
+    def _log_sigterm(self) -> None:
+        """Log the SIGTERM a stop or the timeout sent, once, whichever thread sent it."""
+        if self.sigterm_logged or self.child.sigterm_at is None:
+            return
+        self.sigterm_logged = True
         log = _logger(self.options.logger)
         if not log.isEnabledFor(_INFO):
             return
+        reason = self.child.sigterm_reason
         log.info(
             "%s: sent SIGTERM to %s %d; SIGKILL in %s if it has not exited",
             reason,
@@ -442,7 +473,8 @@ class _Session:
             return
         if not self.terminating:
             self.terminating = True
-        if self.child.terminate():  # not sent yet by a stop request
+        if self.child.terminate("group members left behind"):  # not sent yet by a stop
+            self.sigterm_logged = True  # the line below says it
             _logger(self.options.logger).warning(
                 "pid %d exited but its process group still has members; "
                 "sent them SIGTERM, SIGKILL in %s",
@@ -516,12 +548,19 @@ class _Session:
             group = GroupReport(
                 self.child.pgid, self.child.survivors, tuple(self.child.group_signals)
             )
+        child = self.child
+        stopped = child.sigterm_reason == _STOP_REQUESTED or (
+            self.wakeup.kill_requested and child.sigkill_at is not None
+        )
         return Outcome(
             self.proc.args,
             self.returncode,
             self._output(self.proc.stdout),
             self._output(self.proc.stderr),
             timed_out=self.timed_out,
+            stopped=stopped,
+            sigterm_at=child.sigterm_at,
+            sigkill_at=child.sigkill_at,
             group=group,
         )
 

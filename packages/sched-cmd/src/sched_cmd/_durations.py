@@ -1,8 +1,9 @@
 """Duration arguments: a ``timedelta`` or a number of seconds.
 
 Every sched package that takes a duration keeps a byte-identical private copy
-of this module (tests-integration checks that the copies match) instead of
-depending on a shared runtime package. The rules, from the design:
+of this module instead of depending on a shared runtime package. The source
+is ``tools/copied/_durations.py``; ``python tools/copies.py`` writes the
+copies, and a test fails when one differs. The rules, from the design:
 
 * a ``datetime.timedelta`` is taken as it is;
 * an ``int`` or ``float`` is a number of seconds;

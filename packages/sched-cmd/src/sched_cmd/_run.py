@@ -6,10 +6,12 @@ import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, final
 
+from ._child import Child
 from ._core import DEFAULT_GRACE, Command, Input, Options, Outcome, execute, go_duration
 from ._durations import Duration, to_timedelta
 from ._result import CompletedRun
-from ._wakeup import Wakeup, signals_wake, subscribe
+from ._stopwatch import Subscription, start_helper
+from ._wakeup import Wakeup, signals_wake
 
 if TYPE_CHECKING:
     import asyncio
@@ -48,16 +50,17 @@ def run(
     ``subprocess`` reports signals, unless the child caught SIGTERM and chose
     its own exit status. If *stop* is already set when ``run`` is called, no
     child is started and the result is that of an immediate stop: returncode
-    ``-signal.SIGTERM`` and empty output. Either way ``check=True`` raises
-    ``CalledProcessError``.
+    ``-signal.SIGTERM`` and empty output. Either way the result's ``stopped``
+    is true (its ``sigterm_at`` and ``sigkill_at`` say when the signals were
+    sent), and ``check=True`` raises `CommandFailed`, a
+    ``CalledProcessError`` whose message says the run was stopped.
 
     Waiting does not poll: one ``select`` covers the pipes, the child's exit
     (a pidfd on Linux, a waiter thread elsewhere) and a self-pipe woken when
     *stop* is set. One helper thread per distinct stop event waits on it
     (``Event.wait()``), sends the SIGTERM the moment it is set and wakes the
-    runs; it ends once the event is set. An event that is never set keeps
-    its helper, idle, for the life of the process: share one stop event
-    between runs rather than creating one per run.
+    runs; it ends once no run waits on the event (within its current wait
+    slice: 50 ms doubling to a minute).
 
     Setting *stop* from a signal handler is safe as far as ``run`` is
     concerned: it never holds the event's lock, and in the main thread it
@@ -96,7 +99,8 @@ def run(
     Raises:
         subprocess.TimeoutExpired: *timeout* passed; raised after the child was
             stopped and reaped, with the output captured so far.
-        subprocess.CalledProcessError: *check* and a non-zero returncode.
+        CommandFailed: *check* and a non-zero returncode (a
+            ``subprocess.CalledProcessError``).
         ValueError: conflicting arguments (``input`` with ``stdin``,
             ``capture_output`` with ``stdout``/``stderr``, ``kill_group`` with a
             foreign ``process_group``) or an invalid duration.
@@ -116,6 +120,10 @@ def run(
         logger=logger,
         popen_kwargs=popen_kwargs,
     )
+    # Each object below exists before what it owns: whatever interrupts this
+    # call (a KeyboardInterrupt, at any point), the child it started is killed
+    # and reaped, the wakeup fd it replaced is back, no descriptor stays open
+    # and no subscription stays behind (see _atomic, _child and _wakeup).
     wakeup = Wakeup()
     try:
         with signals_wake(wakeup):
@@ -124,11 +132,12 @@ def run(
             elif stop.is_set():
                 outcome = options.not_started()
             else:
-                unsubscribe = subscribe(stop, wakeup)
+                subscription = Subscription(stop, wakeup.request_stop)
                 try:
+                    subscription.start()
                     outcome = execute(options, wakeup)
                 finally:
-                    unsubscribe()
+                    subscription.cancel()
     finally:
         wakeup.close()
     return options.finish(outcome)
@@ -174,7 +183,7 @@ async def arun(
     Raises:
         asyncio.CancelledError: the task was cancelled (the child is reaped first).
         subprocess.TimeoutExpired: as for `run`.
-        subprocess.CalledProcessError: as for `run`.
+        CommandFailed: as for `run`.
         ValueError: as for `run`.
         TypeError: *stop* is not an ``asyncio.Event``.
         OSError: the command could not be started.
@@ -200,28 +209,43 @@ async def arun(
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Outcome] = loop.create_future()
     wakeup = Wakeup()
+    child = Child(kill_group=options.kill_group)  # owns nothing yet
 
     def work() -> None:
         try:
-            outcome = execute(options, wakeup)
+            outcome = execute(options, wakeup, child)
         except BaseException as error:  # delivered to the awaiting task
             loop.call_soon_threadsafe(done.set_exception, error)
         else:
             loop.call_soon_threadsafe(done.set_result, outcome)
 
-    watcher: asyncio.Task[Any] | None = None
-    if stop is not None:
-        watcher = loop.create_task(stop.wait())
-
-        def on_stop(task: asyncio.Task[Any]) -> None:
-            if not task.cancelled():
-                wakeup.request_stop()
-
-        watcher.add_done_callback(on_stop)
+    # The waiting runs in a helper thread that blocks every signal (it never
+    # takes one meant for the main thread); the child is started here, in the
+    # loop's thread, because a process inherits its creator's signal mask.
     thread = threading.Thread(target=work, name="sched_cmd arun", daemon=True)
+    try:
+        child.start(options.args, options.popen_kwargs)
+        start_helper(thread)
+    except BaseException:
+        if thread.ident is None:  # the thread, once started, owns the child
+            try:
+                child.abort()
+            finally:
+                child.close()
+                wakeup.close()
+        raise
+
+    watcher: asyncio.Task[Any] | None = None
     cancelled: asyncio.CancelledError | None = None
     try:
-        thread.start()
+        if stop is not None:
+            watcher = loop.create_task(stop.wait())
+
+            def on_stop(task: asyncio.Task[Any]) -> None:
+                if not task.cancelled():
+                    wakeup.request_stop()
+
+            watcher.add_done_callback(on_stop)
         while True:
             try:
                 outcome = await asyncio.shield(done)
@@ -237,8 +261,7 @@ async def arun(
             watcher.cancel()
         if not done.done():
             wakeup.request_kill()  # an exception other than cancellation: kill, reap, go
-        if thread.ident is not None:
-            thread.join()  # at once, unless the line above had to kill the child
+        thread.join()  # at once, unless the line above had to kill the child
         wakeup.close()
     if cancelled is not None:
         raise cancelled

@@ -10,11 +10,15 @@ locked file would let a concurrent opener lock a different inode.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import filterfalse
+from operator import attrgetter
 
 from sched_lock import Lock, SlotFile, try_lock
 
 from ._compat import final
 from ._outcome import LOCK_NAME, QUEUE_NAME
+
+_BUSY = attrgetter("busy")
 
 __all__ = ["FileBackend", "format_count", "join", "parse_count"]
 
@@ -80,7 +84,11 @@ class FileBackend:
         self._slot = SlotFile(join(directory, QUEUE_NAME))
 
     def try_acquire(self) -> Lock | None:
-        return try_lock(self._lock_path)
+        # A busy answer (it holds nothing) becomes None. The held lock is never
+        # kept in a local, nor given to Python code (bool() would run one): an
+        # interrupt as the call returns drops it at once, and its finalizer
+        # releases it. filterfalse, attrgetter and Lock.busy all run in C.
+        return next(filterfalse(_BUSY, (try_lock(self._lock_path),)), None)
 
     def read_counter(self) -> int:
         return parse_count(self._slot.mutate(_unchanged))

@@ -67,6 +67,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ._advisory import advisory_key
 from ._backend import Change
+from ._stopwatch import start_helper
 
 __all__ = [
     "ANSWER_GRACE",
@@ -209,7 +210,7 @@ class _Deadlines:
                 self._thread = threading.Thread(
                     target=self._run, name="sched-exclusive-deadlines", daemon=True
                 )
-                self._thread.start()
+                start_helper(self._thread)  # signals blocked: they go to the main thread
             elif deadline < self._wake_at:
                 self._cond.notify()
         return token
@@ -836,7 +837,7 @@ class _Monitor:
                 self._thread = threading.Thread(
                     target=self._run, name="sched-exclusive-monitor", daemon=True
                 )
-                self._thread.start()
+                start_helper(self._thread)  # signals blocked: they go to the main thread
         if self._epoll is not None:
             with suppress(OSError):
                 self._epoll.register(fd, self._hangup)

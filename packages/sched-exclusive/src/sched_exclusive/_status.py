@@ -23,7 +23,7 @@ import typing
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sched_lock import MAX_SLOT_SIZE, read_holder
+from sched_lock import MAX_SLOT_SIZE, is_contention, read_holder
 
 from ._files import join, parse_count
 from ._outcome import LOCK_NAME, QUEUE_NAME
@@ -31,6 +31,7 @@ from ._outcome import LOCK_NAME, QUEUE_NAME
 __all__ = ["Status", "format_rfc3339", "format_seconds", "lock_holders", "read_pending", "status"]
 
 _PROC_LOCKS = "/proc/locks"
+_flock = fcntl.flock
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 #: How long the counter's flock may stay taken by another process's
 #: transaction (normally microseconds) before the status gives up.
@@ -226,20 +227,31 @@ def read_pending(path: str) -> int:
 
 
 def _share(fd: int, path: str) -> None:
-    """Take a shared flock on ``fd`` without ever blocking for long."""
+    """Take a shared flock on ``fd`` without ever blocking for long.
+
+    Contention is what sched-lock's one classifier says it is (``EWOULDBLOCK``,
+    ``EAGAIN``, ``EACCES``); any other errno is a failure, raised at once. The
+    kernel tells nobody when a flock is released, and a blocking flock would
+    wait for ever behind a stopped process, so a busy counter is asked again
+    after growing pauses, for a second at most: writers hold it for
+    microseconds.
+    """
     deadline = time.monotonic() + _COUNTER_PATIENCE
     pause = 0.001
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            _flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return
-        except BlockingIOError:
+        except OSError as exc:
+            if not is_contention(exc):
+                raise
             if time.monotonic() >= deadline:
                 raise OSError(
                     f"{path} stayed locked for a second by a counter transaction "
                     "that does not end (a stopped process?)"
                 ) from None
-        time.sleep(pause)  # a bounded wait for a transaction of microseconds
+        # sleep-ok: no event says a flock was released; bounded by _COUNTER_PATIENCE
+        time.sleep(pause)
         pause = min(pause * 2, 0.1)
 
 

@@ -1,7 +1,8 @@
 """The flock(2) overlap guard and SlotFile of the Go scheduler library, for Python.
 
 - :func:`try_lock` takes a non-blocking exclusive lock on a file and records
-  the acquisition time in it; :func:`read_holder` reads that time back.
+  the acquisition time in it, or answers a busy (false) :class:`Lock` when
+  another holder owns it; :func:`read_holder` reads that time back.
 - :class:`SlotFile` is a single-slot byte payload shared across processes,
   changed by blocking flock'd read-modify-write transactions.
 
@@ -16,8 +17,10 @@ import sys
 if sys.platform == "win32":  # pragma: no cover
     raise ImportError("sched-lock needs flock(2) and runs on Linux and macOS only, not Windows")
 
+from ._errors import LockBusy as LockBusy
 from ._errors import LockError as LockError
 from ._errors import SlotFileError as SlotFileError
+from ._errors import is_contention as is_contention
 from ._flock import Lock as Lock
 from ._flock import try_lock as try_lock
 from ._holder import read_holder as read_holder
@@ -27,9 +30,11 @@ from ._slot import SlotFile as SlotFile
 __all__ = [
     "MAX_SLOT_SIZE",
     "Lock",
+    "LockBusy",
     "LockError",
     "SlotFile",
     "SlotFileError",
+    "is_contention",
     "read_holder",
     "try_lock",
 ]

@@ -16,15 +16,29 @@ catch the public class or the builtin.
 from __future__ import annotations
 
 import errno as _errno
+import os
+import stat as _stat
 
 
 class LockError(OSError):
-    """A lock, holder or slot file operation failed for a real reason.
+    """A lock, holder or slot file operation failed.
 
-    Contention is never a ``LockError``: :func:`try_lock` answers ``None`` for
-    it. ``errno`` tells the cause and ``filename`` names the path; the instance
-    is also a ``FileNotFoundError``, ``PermissionError``, ``IsADirectoryError``
-    or ``NotADirectoryError`` when the errno means one of those.
+    Contention is not a failure: :func:`try_lock` answers it with a busy
+    :class:`Lock` (false in a boolean context), and only entering that one
+    in a ``with`` raises (:class:`LockBusy`). ``errno`` tells the cause and
+    ``filename`` names the path; the instance is also a
+    ``FileNotFoundError``, ``PermissionError``, ``IsADirectoryError`` or
+    ``NotADirectoryError`` when the errno means one of those.
+    """
+
+
+class LockBusy(LockError, BlockingIOError):
+    """A busy :class:`Lock` was used as a context manager.
+
+    :func:`try_lock` found the lock held by another holder and acquired
+    nothing; ``with`` on its result would run the block unguarded, so it
+    raises this instead, naming the file (``filename``; ``errno`` is
+    ``EWOULDBLOCK``). Check the result first: ``if not lock: return``.
     """
 
 
@@ -46,7 +60,19 @@ _CONTENTION = frozenset({_errno.EAGAIN, _errno.EWOULDBLOCK, _errno.EACCES})
 
 
 def is_contention(exc: OSError) -> bool:
-    """Tell whether a failed non-blocking flock means "held by another"."""
+    """Tell whether a failed non-blocking flock(2) means "held by another".
+
+    The one errno classifier for flock, shared by sched-exclusive: contention
+    is ``EWOULDBLOCK`` (what Linux and macOS give), ``EAGAIN``, or ``EACCES``
+    (what some systems and fcntl-emulated flocks give); every other errno is
+    a real failure.
+
+    Args:
+        exc: what ``fcntl.flock(fd, ... | LOCK_NB)`` raised.
+
+    Returns:
+        Whether the lock is held by another open file description.
+    """
     return exc.errno in _CONTENTION
 
 
@@ -78,6 +104,40 @@ def _register() -> None:
 
 
 _register()
+
+
+def busy_error(path: str) -> LockBusy:
+    """The error of a busy lock entered in a ``with``."""
+    return LockBusy(
+        _errno.EWOULDBLOCK,
+        "lock is held by another holder: try_lock() acquired nothing; "
+        "check its result before `with` (if not lock: ...)",
+        path,
+    )
+
+
+def open_error(
+    exc: OSError, path: str, follow_symlinks: bool, base: type[LockError] = LockError
+) -> LockError:
+    """Build the package error for a failed ``open`` of *path*.
+
+    A symbolic link that ``follow_symlinks=False`` refused is reported as one,
+    with ``ELOOP``, whatever errno the system chose (Linux says ``ELOOP``,
+    FreeBSD ``EMLINK``, and ``EACCES`` has been seen).
+    """
+    if not follow_symlinks and exc.errno != _errno.ENOENT:
+        try:
+            link = _stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            link = False
+        if link:
+            cls = _BY_ERRNO.get((base, _errno.ELOOP), base)
+            return cls(
+                _errno.ELOOP,
+                "open: the path is a symbolic link, which follow_symlinks=False refuses",
+                path,
+            )
+    return wrap_error(exc, "open", path, base)
 
 
 def wrap_error(exc: OSError, what: str, path: str, base: type[LockError] = LockError) -> LockError:

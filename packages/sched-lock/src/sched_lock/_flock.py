@@ -14,13 +14,15 @@ import fcntl
 import os
 import time
 import warnings
+from operator import attrgetter as _attrgetter
 
 from ._compat import TYPE_CHECKING, final
-from ._errors import is_contention, wrap_error
+from ._errors import busy_error, is_contention, open_error, wrap_error
 from ._holder import format_holder_line
 
 if TYPE_CHECKING:
     from types import TracebackType
+    from typing import Any, NoReturn, SupportsIndex
 
 # Read-write so the holder line can be written; created 0644 (before the
 # umask, as the Go library does); close-on-exec so a child process never
@@ -116,13 +118,26 @@ def _write_holder(fd: int, path: str) -> None:
 
 @final
 class Lock:
-    """An exclusive flock(2) held on a lock file; get one from :func:`try_lock`.
+    """The answer of :func:`try_lock`: an exclusive flock(2) on a lock file, or a busy one.
+
+    A held lock is true in a boolean context; a busy one (another holder
+    owns the lock: nothing was acquired) is false, as Go's ``ok`` is, and
+    using it as a context manager raises :class:`LockBusy` naming the file
+    rather than running the block unguarded::
+
+        lock = try_lock(path)
+        if not lock:
+            return  # another run is in flight
+        with lock:
+            ...
 
     The lock belongs to one open file description, so it excludes other
     processes and other opens of the same path in this process alike. The
     kernel releases it when the process dies. Use it as a context manager or
     call :meth:`unlock`; a lock that is garbage-collected while held is
-    released with a ``ResourceWarning``, like an unclosed file.
+    released with a ``ResourceWarning``, like an unclosed file. For the same
+    reason it cannot be copied or pickled (a copy would close a descriptor
+    number that is not its own), nor passed to a ``multiprocessing`` child.
 
     Only the process that took the lock ever releases it. A process forked
     from the holder (``fork()`` without ``exec``, a ``multiprocessing`` fork
@@ -131,16 +146,35 @@ class Lock:
     descriptor and leaves the lock to its holder.
     """
 
-    __slots__ = ("_fds", "_path", "_pid")
+    __slots__ = ("_busy", "_fds", "_path", "_pid")
 
     # The descriptor, in a list so that unlock() claims it atomically (one
     # `del`): two threads unlocking at once can never close it twice.
     _fds: list[int]
     _path: str
     _pid: int  # the process that took the lock: the only one to release it
+    _busy: bool  # try_lock() found another holder: nothing was acquired
 
     def __init__(self) -> None:
         raise TypeError("Lock cannot be created directly; use sched_lock.try_lock()")
+
+    def __bool__(self) -> bool:
+        """Whether this process holds the lock: :attr:`locked`."""
+        return self.locked
+
+    if TYPE_CHECKING:
+
+        @property
+        def busy(self) -> bool:
+            """Whether :func:`try_lock` found the lock held by another holder."""
+    else:
+        # Read in C (no Python frame runs), so that a caller can test a fresh
+        # answer where no signal handler's exception can land on a held lock.
+        busy = property(
+            _attrgetter("_busy"),
+            doc="Whether :func:`try_lock` found the lock held by another holder "
+            "(nothing was acquired). Reading it runs no Python code.",
+        )
 
     @property
     def path(self) -> str:
@@ -188,6 +222,8 @@ class Lock:
             raise wrap_error(exc, "unlock", self._path) from None
 
     def __enter__(self) -> Lock:
+        if self._busy:
+            raise busy_error(self._path)
         return self
 
     def __exit__(
@@ -213,15 +249,37 @@ class Lock:
                     )
 
     def __repr__(self) -> str:
-        state = "locked" if self.locked else "unlocked"
+        state = "busy" if self._busy else "locked" if self.locked else "unlocked"
         return f"<sched_lock.Lock {self._path!r} {state}>"
+
+    def _refuse(self, what: str) -> NoReturn:
+        raise TypeError(
+            f"a sched_lock.Lock cannot be {what}: the lock on {self._path!r} belongs to "
+            "this process's open file description, and a copy would close a descriptor "
+            "number that is not its own; take the lock where it is needed"
+        )
+
+    def __copy__(self) -> NoReturn:
+        self._refuse("copied")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self._refuse("copied")
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        self._refuse("pickled (or passed to another process)")
 
 
 _new_lock = object.__new__
 
 
-def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> Lock | None:
+def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> Lock:
     """Try to take an exclusive lock on ``path`` without waiting.
+
+    The answer is a :class:`Lock` either way, true when it is held and false
+    when another holder owns the lock, as Go's ``ok``: check it before you
+    use it (``if not lock: return``). A busy lock entered in a ``with``
+    raises :class:`LockBusy`, naming the file, instead of running the block
+    unguarded.
 
     The file is created (mode 0644, less the umask) if absent. A contender
     never writes it; the new holder replaces its content with one line, the
@@ -241,11 +299,13 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
         path: the lock file. Keep it in a directory that untrusted users
             cannot write.
         follow_symlinks: ``False`` refuses a symbolic link at the final path
-            component (``O_NOFOLLOW``, failing with ``ELOOP``).
+            component (``O_NOFOLLOW``): a `LockError` with ``errno`` ``ELOOP``
+            whose message says the path is a symbolic link.
 
     Returns:
-        The held :class:`Lock`, or ``None`` when another holder owns it —
-        another process, or another open of the same path in this one.
+        The held :class:`Lock`; or, when another holder owns it (another
+        process, or another open of the same path in this one), a busy one:
+        false, :attr:`Lock.busy`, holding nothing.
 
     Raises:
         LockError: the file cannot be created, opened or locked
@@ -260,10 +320,11 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
     lock._path = name
     lock._pid = _getpid()
     lock._fds = []
+    lock._busy = False
     try:
         fd = _open(name, OPEN_FLAGS if follow_symlinks else NOFOLLOW_FLAGS, FILE_MODE)
     except OSError as exc:
-        raise wrap_error(exc, "open", name) from None
+        raise open_error(exc, name, follow_symlinks) from None
     lock._fds = [fd]
     try:
         try:
@@ -272,7 +333,8 @@ def try_lock(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> L
             lock._fds = []
             _close(fd)
             if is_contention(exc):
-                return None
+                lock._busy = True
+                return lock
             raise wrap_error(exc, "flock", name) from None
         _write_holder(fd, name)
     except BaseException:

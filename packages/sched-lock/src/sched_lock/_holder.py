@@ -4,11 +4,12 @@ The Go library writes ``time.Now().UTC().Format(time.RFC3339Nano)`` and reads
 it back with ``time.Parse(time.RFC3339Nano, strings.TrimSpace(content))``
 from the file's first 64 bytes. :func:`format_holder_line` writes the same
 bytes (nine fraction digits at most, trailing zeros trimmed, no fraction at
-all on a whole second, then a newline) and :func:`parse_holder` accepts what
-Go's RFC 3339 parser accepts: any ``Z`` or ``±hh:mm`` offset, any number of
-fraction digits (digits past the ninth are ignored, as in Go), Unicode white
-space around the line (Go's ``TrimSpace``). Everything else, torn lines
-included, parses to ``None``.
+all on a whole second, then a newline) and :func:`parse_holder` reads what
+Go's parser reads (Go 1.20 and later, as the Go library requires), which is
+more than RFC 3339: a one-digit hour, a comma before the fraction, any
+number of fraction digits (past the ninth ignored), offsets up to
+``±24:60``, year 0000, and Unicode white space around the line (Go's
+``TrimSpace``). Everything else, torn lines included, parses to ``None``.
 
 Formatting is on the lock's hot path, so it uses ``time.gmtime`` and string
 formatting rather than ``datetime``.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 _NS = 1_000_000_000
 # Go's ReadHolder reads this much of the file, from its start.
@@ -31,6 +32,13 @@ _GO_SPACE = (
     "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_DAYS_PER_400_YEARS = 146_097
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_ORDINAL = _EPOCH.toordinal()
+_MIN = datetime.min.replace(tzinfo=UTC)
+_MAX = datetime.max.replace(tzinfo=UTC)
+_MIN_SECONDS = (_MIN - _EPOCH) // timedelta(seconds=1)
+_MAX_SECONDS = (_MAX - _EPOCH) // timedelta(seconds=1)
 
 
 # The last second formatted and its "YYYY-MM-DDTHH:MM:SS" text: a lock taken
@@ -58,59 +66,88 @@ def format_holder_line(ns: int) -> bytes:
     return prefix + b"Z\n"
 
 
-def _number(text: bytes, start: int, end: int, low: int, high: int) -> int:
-    """Parse ``text[start:end]`` as decimal digits in ``[low, high]``, else -1."""
-    part = text[start:end]
-    if len(part) != end - start or not part.isdigit():  # bytes.isdigit is ASCII only
-        return -1
-    value = int(part)
-    return value if low <= value <= high else -1
+def _digits(text: bytes, start: int, count: int) -> int:
+    """Parse exactly *count* ASCII digits at *start*, else -1."""
+    part = text[start : start + count]
+    return int(part) if len(part) == count and part.isdigit() else -1  # ASCII only
 
 
-def _date_time(text: bytes) -> tuple[int, int, int, int, int, int] | None:
-    """Parse ``YYYY-MM-DDTHH:MM:SS`` at the start of ``text``."""
+def _ordinal(year: int, month: int, day: int) -> int:
+    """Days from 0001-01-01 (day 1) in the proleptic Gregorian calendar, year 0 included.
+
+    Go's time reaches back past year 1 and ``datetime`` does not: year 0 is
+    year 400 four hundred years (146,097 days) earlier, the calendar's period.
+
+    Raises:
+        ValueError: no such day (February 30th...).
+    """
+    if year == 0:
+        return date(400, month, day).toordinal() - _DAYS_PER_400_YEARS
+    return date(year, month, day).toordinal()
+
+
+def _fields(text: bytes) -> tuple[int, int, int, int, int, int, int, bytes] | None:
+    """Split Go's ``RFC3339Nano`` layout: the date, the time, microseconds, the rest.
+
+    As Go's ``time.Parse`` reads it: four-digit year, two-digit month, day,
+    minute and second, a one- or two-digit hour, an optional fraction after a
+    period or a comma (digits past the sixth are dropped, past the ninth
+    ignored, as Go since 1.20 does).
+    """
+    year, month, day = _digits(text, 0, 4), _digits(text, 5, 2), _digits(text, 8, 2)
     if text[4:5] != b"-" or text[7:8] != b"-" or text[10:11] != b"T":
         return None
-    if text[13:14] != b":" or text[16:17] != b":":
+    at = 11
+    width = 2 if text[at + 1 : at + 2].isdigit() else 1  # Go's "15": one digit or two
+    hour = _digits(text, at, width)
+    at += width
+    if text[at : at + 1] != b":" or text[at + 3 : at + 4] != b":":
         return None
-    fields = (
-        _number(text, 0, 4, 1, 9999),  # datetime has no year 0, and Go never writes one
-        _number(text, 5, 7, 1, 12),
-        _number(text, 8, 10, 1, 31),  # the month's real length is datetime's to check
-        _number(text, 11, 13, 0, 23),
-        _number(text, 14, 16, 0, 59),
-        _number(text, 17, 19, 0, 59),
-    )
-    return None if min(fields) < 0 else fields
-
-
-def _fraction(text: bytes) -> tuple[int, bytes] | None:
-    """Parse an optional ``.digits`` into microseconds, and return the rest."""
-    if text[:1] != b".":
-        return 0, text
-    end = 1
-    while text[end : end + 1].isdigit():
-        end += 1
-    if end == 1:
+    minute, second = _digits(text, at + 1, 2), _digits(text, at + 4, 2)
+    at += 6
+    if min(year, month, day, hour, minute, second) < 0:
         return None
-    return int(text[1:end][:6].ljust(6, b"0")), text[end:]
+    if not (1 <= month <= 12 and hour <= 23 and minute <= 59 and second <= 59):
+        return None
+    micro = 0
+    if text[at : at + 1] in (b".", b","):
+        end = at + 1
+        while text[end : end + 1].isdigit():
+            end += 1
+        if end == at + 1:
+            return None  # a separator without digits
+        micro = int(text[at + 1 : end][:6].ljust(6, b"0"))
+        at = end
+    return year, month, day, hour, minute, second, micro, text[at:]
 
 
-def _offset_minutes(text: bytes) -> int | None:
-    """Parse ``Z`` or ``+hh:mm`` / ``-hh:mm`` (the whole of ``text``)."""
+def _offset_seconds(text: bytes) -> int | None:
+    """Parse ``Z`` or ``±hh:mm`` (the whole of *text*), as Go 1.20 and later do.
+
+    Go reads two digits each and refuses an hour over 24 or a minute over 60
+    ("some people do write offsets of 24 hours or 60 minutes"): ``+24:60`` is
+    a valid offset of 25 hours there, and here.
+    """
     if text == b"Z":
         return 0
     if len(text) != 6 or text[:1] not in (b"+", b"-") or text[3:4] != b":":
         return None
-    hours = _number(text, 1, 3, 0, 23)
-    minutes = _number(text, 4, 6, 0, 59)
-    if hours < 0 or minutes < 0:
+    hours, minutes = _digits(text, 1, 2), _digits(text, 4, 2)
+    if not (0 <= hours <= 24 and 0 <= minutes <= 60):
         return None
-    return (hours * 60 + minutes) * (-1 if text[:1] == b"-" else 1)
+    return (hours * 3600 + minutes * 60) * (-1 if text[:1] == b"-" else 1)
 
 
 def parse_holder(content: bytes) -> datetime | None:
     """Parse a holder line as Go's ``time.Parse(time.RFC3339Nano, ...)`` does.
+
+    Whatever Go reads, this reads, as the same instant: beyond RFC 3339 that
+    is a one-digit hour, a comma before the fraction, an offset up to
+    ``±24:60`` and the years 0000 and 9999 shifted past the ends of
+    ``datetime`` by their offset. An instant ``datetime`` cannot hold (Go's
+    year zero) is the nearest one it can: ``datetime.min`` or
+    ``datetime.max``, in UTC. The holder is known, as it is to Go, and its
+    age is at least the one given.
 
     Args:
         content: the lock file's bytes.
@@ -118,7 +155,7 @@ def parse_holder(content: bytes) -> datetime | None:
     Returns:
         The instant as an aware UTC ``datetime`` (microsecond precision, the
         nanoseconds truncated), or ``None`` when ``content`` is empty, torn or
-        not an RFC 3339 timestamp. It never raises for bad content.
+        not a timestamp Go reads. It never raises for bad content.
     """
     text = content.strip()  # ASCII white space: Go's TrimSpace, for ASCII content
     if not text.isascii():  # Unicode white space too; an invalid byte stops the trim, as in Go
@@ -127,19 +164,23 @@ def parse_holder(content: bytes) -> datetime | None:
             .strip(_GO_SPACE)
             .encode("utf-8", "surrogateescape")
         )
-    fields = _date_time(text)
-    fraction = _fraction(text[19:])
-    if fields is None or fraction is None:
+    fields = _fields(text)
+    if fields is None:
         return None
-    micro, rest = fraction
-    offset = _offset_minutes(rest)
+    year, month, day, hour, minute, second, micro, rest = fields
+    offset = _offset_seconds(rest)
     if offset is None:
         return None
     try:
-        local = datetime(*fields, micro, tzinfo=UTC)
-        return local - timedelta(minutes=offset)
-    except (ValueError, OverflowError):  # February 30th, or past datetime's range
+        days = _ordinal(year, month, day) - _EPOCH_ORDINAL
+    except ValueError:  # February 30th
         return None
+    seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
+    if seconds < _MIN_SECONDS:
+        return _MIN
+    if seconds > _MAX_SECONDS:
+        return _MAX
+    return _EPOCH + timedelta(seconds=seconds, microseconds=micro)
 
 
 def read_holder(path: str | os.PathLike[str]) -> datetime | None:

@@ -12,7 +12,7 @@ import fcntl
 import os
 
 from ._compat import TYPE_CHECKING, final
-from ._errors import SlotFileError, wrap_error
+from ._errors import SlotFileError, open_error, wrap_error
 from ._flock import FILE_MODE, open_flags, release_quietly
 
 if TYPE_CHECKING:
@@ -64,7 +64,9 @@ class SlotFile:
         path: the slot file, created on first use. Keep it in a directory
             that untrusted users cannot write.
         follow_symlinks: ``False`` refuses a symbolic link at the final path
-            component (``O_NOFOLLOW``).
+            component (``O_NOFOLLOW``): :meth:`mutate` raises a
+            `SlotFileError` with ``errno`` ``ELOOP`` whose message says the
+            path is a symbolic link.
     """
 
     __slots__ = ("_flags", "_path")
@@ -117,7 +119,10 @@ class SlotFile:
         try:
             fd = os.open(path, self._flags, FILE_MODE)
         except OSError as exc:
-            raise _error(exc, "open", path, None) from None
+            follow = not self._flags & os.O_NOFOLLOW
+            error = open_error(exc, path, follow, SlotFileError)
+            assert isinstance(error, SlotFileError)  # its before stays None: nothing was read
+            raise error from None
         try:
             before = _transact(fd, path, fn)
         except BaseException:

@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Any, Literal, TypeAlias
 
 from ._errors import LoopConfigError
+from ._stopwatch import start_helper
 
 #: The signals a container runtime (SIGTERM) and a terminal (SIGINT) stop with.
 DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
@@ -169,15 +170,11 @@ def stop_on_signals(
             name="sched_loop-signals",
             daemon=True,
         )
-        # The helper starts with the signals blocked (a new thread inherits the
+        # The helper starts with every signal blocked (a new thread inherits the
         # creating thread's mask), so the kernel never picks it for them: they go
         # to the main thread, interrupt its blocking call at once, and the Python
         # handler (which counts, and re-delivers the second) runs without delay.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-        try:
-            watcher.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        start_helper(watcher)
         undo.callback(_finish_watcher, wfd, watcher, closing)
         previous_fd = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
         undo.callback(signal.set_wakeup_fd, previous_fd)

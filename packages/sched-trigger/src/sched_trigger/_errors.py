@@ -1,19 +1,11 @@
 """The package's exception hierarchy, rooted in `TriggerError`.
 
-This module is on the client's import path: it imports nothing.
+This module is on the client's import path: it imports nothing but ``_compat``.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import final
-else:
-
-    def final(cls):
-        cls.__final__ = True
-        return cls
-
+from ._compat import final
 
 __all__ = [
     "AlreadyServing",
