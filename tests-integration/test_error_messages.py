@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+import sched_cmd
 import sched_exclusive
 import sched_interval
 import sched_lock
@@ -69,6 +70,48 @@ def loop_config() -> BaseException:
 def lock_missing_dir() -> BaseException:
     with short_dir() as tmp:
         return raised(lambda: sched_lock.try_lock(tmp / "missing" / "cycle.lock"))
+
+
+def lock_busy() -> BaseException:
+    with short_dir() as tmp:
+        path = tmp / "cycle.lock"
+        held = sched_lock.try_lock(path)
+        assert held
+        try:
+            busy = sched_lock.try_lock(path)
+
+            def enter() -> None:
+                with busy:
+                    pass
+
+            return raised(enter)
+        finally:
+            held.unlock()
+
+
+def command_failed() -> BaseException:
+    return raised(lambda: sched_cmd.run(["sh", "-c", "exit 3"], check=True))
+
+
+def command_stopped() -> BaseException:
+    """A run stopped once its command is running (it says so through a FIFO)."""
+    stop = threading.Event()
+    with short_dir() as tmp:
+        fifo = tmp / "started"
+        os.mkfifo(fifo)
+
+        def stop_once_started() -> None:
+            with fifo.open() as started:  # blocks until the command opens it
+                started.read()
+            stop.set()
+
+        watcher = threading.Thread(target=stop_once_started)
+        watcher.start()
+        try:
+            command = ["sh", "-c", 'echo up > "$1"; exec sleep 30', "sh", str(fifo)]
+            return raised(lambda: sched_cmd.run(command, stop=stop, check=True))
+        finally:
+            watcher.join()
 
 
 def slot_missing_dir() -> BaseException:
@@ -176,11 +219,13 @@ def not_a_socket() -> BaseException:
 #: Each exported exception class: how a user meets it, and what its text must contain
 #: (``{tmp}`` stands for the temporary directory's path, which the text must name).
 CASES: dict[str, tuple[Callable[[], BaseException], list[str]]] = {
+    "sched_cmd.CommandFailed": (command_failed, ["exit 3", "non-zero exit status 3"]),
     "sched_interval.IntervalError": (interval_default, ["default", "positive", "0"]),
     "sched_interval.DurationParseError": (duration_parse, ['"banana"']),
     "sched_loop.LoopError": (loop_config, ["interval must be positive, got 0"]),
     "sched_loop.LoopConfigError": (loop_config, ["interval must be positive, got 0"]),
     "sched_lock.LockError": (lock_missing_dir, ["No such file or directory", "cycle.lock"]),
+    "sched_lock.LockBusy": (lock_busy, ["held by another holder", "cycle.lock"]),
     "sched_lock.SlotFileError": (slot_missing_dir, ["No such file or directory", "/slot"]),
     "sched_exclusive.ExclusiveError": (
         exclusive_job_failed,
@@ -220,9 +265,14 @@ def exported_errors() -> list[str]:
 
 
 def test_every_exported_error_has_a_case() -> None:
-    """A new exception class joins the cases below (sched_cmd exports none: it raises the
-    standard library's ``subprocess`` errors)."""
+    """A new exception class joins the cases below."""
     assert exported_errors() == sorted(CASES)
+
+
+def test_a_stopped_command_says_it_was_stopped() -> None:
+    """``check=True`` on a drained run: the text tells a drain from a failure."""
+    text = str(command_stopped())
+    assert "It was stopped: SIGTERM sent at" in text, text
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

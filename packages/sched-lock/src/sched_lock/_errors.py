@@ -19,6 +19,8 @@ import errno as _errno
 import os
 import stat as _stat
 
+from ._compat import final
+
 
 class LockError(OSError):
     """A lock, holder or slot file operation failed.
@@ -32,6 +34,7 @@ class LockError(OSError):
     """
 
 
+@final
 class LockBusy(LockError, BlockingIOError):
     """A busy :class:`Lock` was used as a context manager.
 
