@@ -37,7 +37,7 @@ def names_resolve_to_their_types() -> None:
     assert_type(sched_interval.format_duration(timedelta(minutes=90)), str)
     assert_type(sched_interval.parse_interval("30m", "6h").interval, timedelta)
     assert_type(sched_lock.read_holder("/run/job.lock"), datetime | None)
-    assert_type(sched_lock.try_lock("/run/job.lock"), sched_lock.Lock | None)
+    assert_type(sched_lock.try_lock("/run/job.lock"), sched_lock.Lock)
     assert_type(sched_exclusive.advisory_key("job"), int)
     assert_type(sched_loop.jittered_delay(60, 0.1), timedelta)
     assert_type(sched_trigger.Queue[int](4), sched_trigger.Queue[int])

@@ -24,6 +24,7 @@ records the pid is left to the real-signal test below.
 from __future__ import annotations
 
 import contextlib
+import os
 import gc
 import json
 import signal
@@ -153,6 +154,13 @@ SCENARIOS: dict[str, Callable[[], None]] = {
 }
 
 
+def _kit_paths() -> list[str]:
+    """The folders of this suite's test kit and of the shared test-support module."""
+    import sched_testing
+
+    return [str(Path(__file__).parent), str(Path(sched_testing.__file__).parent)]
+
+
 @pytest.mark.parametrize(
     ("scenario", "exit_notification", "at_least"),
     [
@@ -172,8 +180,11 @@ def test_no_interrupt_point_leaves_anything_behind(
     0 stale wakeup fds, 0 open descriptors, 0 children left."""
     if exit_notification == "pidfd" and not _child._HAVE_PIDFD:
         pytest.skip("no pidfd on this platform")
+    # The fresh interpreter finds the test kits where pytest found them.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(_kit_paths())}
     done = subprocess.run(
         [sys.executable, __file__, scenario, exit_notification],
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,

@@ -498,7 +498,7 @@ def test_acquisitions_in_a_row_each_leave_their_own_holder_line(lock_path: str) 
         with must_lock(lock_path):
             content = Path(lock_path).read_bytes()
             since = read_holder(lock_path)
-            assert try_lock(lock_path) is None
+            assert not try_lock(lock_path)
         assert HOLDER_LINE.fullmatch(content), content
         assert since is not None
         assert start - timedelta(microseconds=1) <= since <= datetime.now(UTC)
