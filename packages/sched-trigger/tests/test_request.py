@@ -12,20 +12,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sched_trigger_testkit import json_values
 
-from sched_trigger._request import RequestReader, Undecodable, dataclass_decoder
+from sched_trigger._request import RequestReader, Undecodable, dataclass_decoder, finish
 
 CAP = 1 << 20
 
 
-def feed_all(chunks: list[bytes], *, cap: int = CAP, eof: bool = False) -> tuple[bool, Any]:
-    """Feed *chunks* in order; return the first complete value (or finish at EOF)."""
-    reader = RequestReader(cap)
+def feed_all(
+    chunks: list[bytes], *, cap: int = CAP, eof: bool = False, pairs: bool = False
+) -> tuple[bool, Any]:
+    """Feed *chunks* in order; decode the first complete value (or what came, at EOF)."""
+    reader = RequestReader(cap, pairs=pairs)
     for chunk in chunks:
-        done, value = reader.feed(chunk)
-        if done:
-            return True, value
+        if reader.feed(chunk):
+            return True, finish(reader.decoding())
     if eof:
-        return True, reader.feed_eof()
+        reader.feed_eof()
+        return True, finish(reader.decoding())
     return False, None
 
 
@@ -130,6 +132,7 @@ class Payload:
     env: dict[str, str] = field(default_factory=dict)
     maybe: int | None = None
     anything: Any = None
+    note: str = ""
 
 
 def test_dataclass_payload_decoding_is_go_lenient() -> None:
@@ -200,7 +203,7 @@ def test_payload_type_must_be_a_dataclass() -> None:
 
 @dataclass
 class _CountingDecoder:
-    """Stands in for the module's JSON decoder and counts the characters it is handed."""
+    """Stands in for one of the module's JSON decoders and counts the characters it sees."""
 
     real: Any
     seen: int = 0
@@ -212,16 +215,16 @@ class _CountingDecoder:
 
 def test_a_request_in_many_chunks_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks that each end like a value might (a quote, a newline) do not make the reader
-    re-parse what it already has: the decoder sees each byte once, not once per chunk."""
+    re-parse what it already has: the decoder sees about each byte once, not once per chunk."""
     import sched_trigger._request as request
 
-    counting = _CountingDecoder(request._DECODER)
-    monkeypatch.setattr(request, "_DECODER", counting)
+    counters = {key: _CountingDecoder(real) for key, real in request._DECODERS.items()}
+    monkeypatch.setattr(request, "_DECODERS", counters)
     element = b'"' + b"x" * 60 + b'",\n'
     chunks = [b"["] + [element] * 2000 + [b'"last"]\n']
     size = sum(map(len, chunks))
     assert (True, ["x" * 60] * 2000 + ["last"]) == feed_all(chunks, cap=size)
-    assert counting.seen <= 2 * size
+    assert sum(c.seen for c in counters.values()) <= 2 * size
 
 
 def test_leading_whitespace_counts_against_the_cap() -> None:
@@ -232,7 +235,7 @@ def test_leading_whitespace_counts_against_the_cap() -> None:
     with pytest.raises(Undecodable, match="too large"):
         feed_all([b" " * 61, value], cap=100)
     reader = RequestReader(100)
-    assert (False, None) == reader.feed(b" " * 100)
+    assert not reader.feed(b" " * 100)
     with pytest.raises(Undecodable, match="too large"):
         reader.feed(b" ")
 
@@ -330,21 +333,42 @@ def test_numbers_out_of_range_for_their_field_are_undecodable() -> None:
     assert 0.0 == convert(feed_all([b'{"ratio": 1e-400}\n'])[1]).ratio  # underflow is zero
 
 
+def decoded(text: bytes) -> Payload:
+    """*text* decoded as the server decodes a request for ``payload_type=Payload``."""
+    done, value = feed_all([text, b"\n"], pairs=True)
+    assert done
+    result = dataclass_decoder(Payload)(value)
+    assert isinstance(result, Payload)
+    return result
+
+
 def test_of_two_keys_for_one_field_the_last_wins() -> None:
     """Keys that differ only in case name the same field; the last one wins, as in Go."""
-    convert = dataclass_decoder(Payload)
-
-    def decoded(text: bytes) -> Payload:
-        done, value = feed_all([text, b"\n"])
-        assert done
-        result = convert(value)
-        assert isinstance(result, Payload)
-        return result
-
     assert ["b"] == decoded(b'{"repos": ["a"], "REPOS": ["b"]}').repos
     assert ["a"] == decoded(b'{"REPOS": ["b"], "repos": ["a"]}').repos
     assert ["c"] == decoded(b'{"repos": ["a"], "Repos": ["b"], "repos": ["c"]}').repos
-    assert ["a"] == decoded(b'{"repos": ["a"], "REPOS": null}').repos  # null changes nothing
+
+
+def test_a_null_member_does_what_it_does_to_a_go_struct() -> None:
+    """Members apply in order, as Go fills a struct: null leaves a string, number, boolean
+    or struct field as it was ({"id":"a","id":null} keeps "a"), and empties a list, a map,
+    an optional or an Any field (Go sets the slice, map, pointer or interface to nil)."""
+    kept = decoded(
+        b'{"note": "a", "note": null, "count": 2, "count": null, "ratio": 2.5, "ratio": null,'
+        b' "flag": true, "flag": null, "inner": {"name": "x"}, "inner": null}'
+    )
+    assert ("a", 2, 2.5, True, Inner("x")) == (
+        kept.note,
+        kept.count,
+        kept.ratio,
+        kept.flag,
+        kept.inner,
+    )
+    emptied = decoded(
+        b'{"repos": ["a"], "REPOS": null, "env": {"K": "v"}, "env": null,'
+        b' "maybe": 5, "maybe": null, "anything": [1], "anything": null}'
+    )
+    assert ([], {}, None, None) == (emptied.repos, emptied.env, emptied.maybe, emptied.anything)
 
 
 def test_keys_fold_as_go_folds_them() -> None:

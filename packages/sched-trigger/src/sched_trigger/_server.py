@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, final
 
 from ._durations import Duration, to_seconds
@@ -17,15 +18,17 @@ from ._errors import CLOSED_MESSAGE, QueueClosed, QueueFull
 from ._job import TRIGGER_EXTERNAL, Job
 from ._listen import DEFAULT_BACKLOG, unlink_if_ours
 from ._queue import Queue
-from ._request import RequestReader, Undecodable, dataclass_decoder
-from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, encode_event
+from ._request import NOTHING, RequestReader, Undecodable, dataclass_decoder, whole
+from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, MAX_EVENT_LINE, encode_event
 
-__all__ = ["UNDECODABLE_REASON", "Server"]
+__all__ = ["DEFAULT_MAX_QUEUED_BYTES", "UNDECODABLE_REASON", "Server"]
 
 P = TypeVar("P")
 
 #: The ``done`` reason for a request that is not one JSON value within the cap.
 UNDECODABLE_REASON = "undecodable request"
+#: How many request bytes the requests waiting in the queue may hold together, by default.
+DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024
 
 _LOGGER = logging.getLogger("sched_trigger")
 _QUEUED = encode_event(EVENT_QUEUED, False)
@@ -35,11 +38,27 @@ _CLOSED = encode_event(EVENT_DONE, False, CLOSED_MESSAGE)
 _DONE_OK = encode_event(EVENT_DONE, True)
 _DONE_FAILED = encode_event(EVENT_DONE, False)
 
-_READING, _WAITING, _FINISHED = 0, 1, 2
+_READING, _DECODING, _WAITING, _FINISHED = 0, 1, 2, 3
 #: How many connections one wake-up of the listening socket accepts at most.
 _ACCEPT_BATCH = 128
 #: How long accepting pauses after it failed (Go's server sleeps one second).
 _ACCEPT_PAUSE = 1.0
+#: How long ``queued`` may wait for ``started`` when a worker thread took the job at once.
+_HOLD = 0.002
+#: What a connection still in the backlog at shutdown has read from it, at most.
+_DRAIN = 64 * 1024
+#: Below this many descriptors left, the server accepts by hand rather than through uvloop.
+_FD_HEADROOM = 64
+
+
+def _open_descriptors() -> int:
+    """How many descriptors the process has open (Linux, macOS), or -1 if unknown."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(folder))
+        except OSError:
+            continue
+    return -1
 
 
 @final
@@ -49,28 +68,34 @@ class Server(Generic[P]):
     One request per connection: the server decodes one JSON value as soon as
     it has arrived (no trailing newline needed; reading stops there),
     as Go's ``encoding/json`` decodes it, into *payload_type* (a dataclass:
-    fields checked by type, keys matched ignoring case with the last of two
-    keys for one field winning, unknown keys ignored, missing keys and
-    ``null`` leaving the default), or through *decode*, or leaves it as the
-    parsed JSON; it submits a `Job` with trigger `TRIGGER_EXTERNAL` to
-    *queue* and answers:
+    fields checked by type, the object's members applied in order as Go fills
+    a struct, keys matched ignoring case, unknown keys ignored), or through
+    *decode*, or leaves it as the parsed JSON; it submits a `Job` with trigger
+    `TRIGGER_EXTERNAL` to *queue* and answers:
 
     * accepted: ``queued``, then ``started`` when the run begins, then exactly
-      one ``done`` carrying ``ok``, ``duration_ms`` and ``reason``;
+      one ``done`` carrying ``ok``, ``duration_ms`` and ``reason`` (a reason
+      whose line would pass `MAX_EVENT_LINE` bytes is cut to fit and says so);
     * rejected: ``done`` with ``ok`` false and the queue's message
-      (``run queue is full``, ``scheduler is shutting down``);
+      (``run queue is full``, ``scheduler is shutting down``); a request that
+      would take the bytes held by queued requests past *max_queued_bytes*
+      is refused as the queue being full;
     * undecodable, oversized or too slow: ``done`` with ``ok`` false and
       ``undecodable request``.
 
+    A large request is decoded in slices of a few milliseconds each, so
+    other clients are served meanwhile.
+
     Without hooks the server logs ``triggered run queued`` (info) and
-    ``trigger request rejected: <reason>`` (warning); it never logs a payload.
-    Hooks run on the event loop and replace those lines one hook at a time:
-    *on_accepted* replaces the accepted line, *on_rejected* the queue-full and
-    shutting-down lines. Undecodable requests (there is no payload to hand a
-    hook) are logged whatever hooks are set, without the payload.
+    ``trigger request rejected: <reason>`` (warning); it never logs a payload,
+    nor any part of one. Hooks run on the event loop and replace those lines
+    one hook at a time: *on_accepted* replaces the accepted line,
+    *on_rejected* the queue-full and shutting-down lines. Undecodable requests
+    (there is no payload to hand a hook) are logged whatever hooks are set,
+    without the payload.
 
     Shutdown order: `close` (stop accepting), ``queue.close()``, await the
-    executor, then await `wait`.
+    executor, then await `wait_closed`.
 
     Args:
         queue: where accepted requests go.
@@ -79,15 +104,21 @@ class Server(Generic[P]):
             makes the request undecodable); exclusive with *payload_type*.
         on_accepted: ``on_accepted(payload)`` for each accepted request.
         on_rejected: ``on_rejected(payload, error)`` for each rejected one.
-        read_timeout: bound on reading the request (default 30 s).
-        write_timeout: bound on each event write (default 10 s).
+        read_timeout: bound on reading the request (default 30 s; positive).
+        write_timeout: bound on each event write (default 10 s; positive).
         max_request_size: the request size cap in bytes (default 8 MiB).
-        backlog: the accept backlog.
+        max_queued_bytes: the request bytes that requests waiting in the queue
+            may hold together (default `DEFAULT_MAX_QUEUED_BYTES`, 16 MiB).
+            A decoded payload takes several times its request's bytes in
+            memory (up to about 25 times for ``[{},{},…]``).
+        backlog: the accept backlog (0 or more).
         logger: where the default lines go (default ``sched_trigger``).
 
     Raises:
-        ValueError: both *payload_type* and *decode*, or a bad bound.
-        TypeError: *payload_type* is not a dataclass type.
+        ValueError: both *payload_type* and *decode*, or a bound out of range
+            (a timeout not above zero, a size below one, a negative backlog).
+        TypeError: *payload_type* is not a dataclass type, or a size or the
+            backlog is not an ``int``.
     """
 
     def __init__(
@@ -101,35 +132,50 @@ class Server(Generic[P]):
         read_timeout: Duration = 30,
         write_timeout: Duration = 10,
         max_request_size: int = 8 * 1024 * 1024,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
         backlog: int = DEFAULT_BACKLOG,
         logger: logging.Logger | None = None,
     ) -> None:
         if payload_type is not None and decode is not None:
             raise ValueError("pass payload_type or decode, not both")
+        self._pairs = payload_type is not None
         if payload_type is not None:
             decode = dataclass_decoder(payload_type)
-        if max_request_size < 1:
-            raise ValueError(f"max_request_size must be positive, got {max_request_size}")
+        self._read_timeout = _positive(read_timeout, "read_timeout")
+        self._write_timeout = _positive(write_timeout, "write_timeout")
+        self._max_request_size = _count(max_request_size, "max_request_size", 1)
+        self._max_queued_bytes = _count(max_queued_bytes, "max_queued_bytes", 1)
+        self._backlog = _count(backlog, "backlog", 0)
         self.queue = queue
         self._decode = decode
         self._on_accepted = on_accepted
         self._on_rejected = on_rejected
-        self._read_timeout = to_seconds(read_timeout, name="read_timeout")
-        self._write_timeout = to_seconds(write_timeout, name="write_timeout")
-        self._max_request_size = max_request_size
-        self._backlog = backlog
         self._logger = logger if logger is not None else _LOGGER
         self._sock: socket.socket | None = None
         self._socket_file: tuple[str, tuple[int, int]] | None = None
         self._accepting = False
         self._accept_timer: asyncio.TimerHandle | None = None
+        # The loop's own server, where the server accepts through it (uvloop).
+        self._loop_server: asyncio.AbstractServer | None = None
+        self._loop_server_socket: _WatchedSocket | None = None
+        self._server_timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._restarting: asyncio.Task[None] | None = None
+        # Descriptors open when serving began (-1: not counted, accepting by hand).
+        self._fd_base = -1
         # Accepted connections whose transport is still being set up.
-        self._starting_up: set[asyncio.Task[Any]] = set()
+        self._starting_up: set[Coroutine[Any, Any, Any]] = set()
         self._active = 0
+        # Request bytes held by accepted requests whose run has not started yet.
+        self._queued_bytes = 0
         # Connections still reading their request, oldest first, with their deadlines:
         # one timer bounds them all. It is left armed when the server goes idle (it
         # then fires once, finds nothing and stops): cheaper than a timer per request.
         self._reading: dict[_Connection, float] = {}
+        self._decoding: set[_Connection] = set()
+        # Connections holding their queued line back until their worker reports,
+        # oldest first, with the moment they send it anyway; one timer for them all.
+        self._holding: deque[tuple[float, _Connection]] = deque()
+        self._hold_timer: asyncio.TimerHandle | None = None
         # Connections whose job changed on another thread (an executor's worker),
         # advanced together by one wake-up of the loop.
         self._changed: deque[_Connection] = deque()
@@ -145,7 +191,8 @@ class Server(Generic[P]):
         """Serve *sock* (from `listen`) until `close` is called.
 
         Returns once the server stops accepting; requests in progress go on
-        (see `wait`). If the task running `serve` is cancelled, the server closes.
+        (see `wait_closed`). If the task running `serve` is cancelled, the
+        server closes.
 
         When accepting fails (the process is out of file descriptors, say),
         the server logs ``trigger socket accept failed`` and pauses accepting
@@ -158,10 +205,6 @@ class Server(Generic[P]):
 
         Raises:
             RuntimeError: the server is already serving.
-
-        .. versionchanged:: 0.2.0
-           Accept errors pause accepting for a second instead of being
-           retried at once (asyncio) or closing the server (uvloop).
         """
         if self._sock is not None:
             raise RuntimeError("the server is already serving")
@@ -178,12 +221,16 @@ class Server(Generic[P]):
         if self._closing:
             self._close_socket()
             return
-        self._loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         try:
             sock.setblocking(False)
             sock.listen(self._backlog)
-            self._start_accepting()
+            if isinstance(loop, asyncio.BaseEventLoop):
+                self._start_accepting()  # asyncio's own loops: accept here (see _accept)
+            else:
+                self._fd_base = _open_descriptors()
+                await self._start_loop_server()
         except BaseException:
             self.close()
             raise
@@ -196,27 +243,107 @@ class Server(Generic[P]):
     def close(self) -> None:
         """Stop accepting and remove the socket file; returns at once. Idempotent.
 
-        A connection still reading its request is answered ``done`` with
-        ``scheduler is shutting down`` and closed at once, so shutdown never
-        waits for a silent client. Call it on the server's event loop thread.
-
-        .. versionchanged:: 0.2.0
-           Connections still reading their request are closed at once.
+        New connections are refused from now on, and every connection still
+        waiting in the accept backlog, or still sending its request, is
+        answered ``done`` with ``scheduler is shutting down`` and closed at
+        once: no client is reset, and shutdown never waits for a silent one.
+        Call it on the server's event loop thread.
         """
         self._closing = True
         self._close_socket()
         self._events()[0].set()
         reading, self._reading = list(self._reading), {}
-        for connection in reading:
+        decoding, self._decoding = list(self._decoding), set()
+        for connection in reading + decoding:
             connection.cut_short()
         if self._active == 0:
             self._idle()
 
-    async def wait(self) -> None:
+    async def wait_closed(self) -> None:
         """Wait until the server is closed and every request has its final event on the wire."""
         closed, idle = self._events()
         await closed.wait()
         await idle.wait()
+
+    async def wait(self) -> None:
+        """The same as `wait_closed` (the Go library's name, ``Server.Wait``)."""
+        await self.wait_closed()
+
+    async def _start_loop_server(self) -> None:  # noqa: PLR0912
+        """Accept through the loop's own server (uvloop's accepts in C), on a duplicate.
+
+        The loop server owns a duplicate of the listening socket: when the loop
+        gives up on it (uvloop closes its server when accepting fails, out of
+        descriptors), the duplicate's ``detach`` says so, the listening socket
+        itself stays open, and a new loop server takes over after a second.
+        """
+        self._server_timer = None
+        sock, loop = self._sock, self._loop
+        if self._closing or sock is None or loop is None or self._loop_server is not None:
+            return
+        if self._descriptors_left() < _FD_HEADROOM:
+            self._start_accepting()
+            return
+        watched = _WatchedSocket(
+            socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(sock.fileno())
+        )
+        watched.lost = self._loop_server_lost
+        options: dict[str, Any] = {"sock": watched, "backlog": self._backlog}
+        try:
+            try:
+                server = await loop.create_unix_server(
+                    self._new_connection, cleanup_socket=False, **options
+                )
+            except TypeError:  # a loop without the option never removes the file
+                server = await loop.create_unix_server(self._new_connection, **options)
+        except BaseException:
+            watched.lost = None
+            watched.close()
+            raise
+        if self._closing:
+            watched.lost = None
+            server.close()
+            return
+        self._loop_server = server
+        self._loop_server_socket = watched
+
+    def _loop_server_lost(self) -> None:
+        """The loop closed its server without being asked: pause a second, then anew."""
+        loop = self._loop
+        if self._closing or loop is None or self._accepting:
+            return
+        self._loop_server = None
+        self._logger.warning(
+            "trigger socket accept failed: %s; pausing accepts for 1s",
+            "the event loop stopped accepting",
+            extra={"sched_error": "the event loop stopped accepting"},
+        )
+        self._server_timer = loop.call_later(_ACCEPT_PAUSE, self._restart_loop_server)
+
+    def _restart_loop_server(self) -> None:
+        self._server_timer = None
+        loop = self._loop
+        if loop is None or self._restarting is not None or self._closing:
+            return
+        task = loop.create_task(self._start_loop_server())
+        self._restarting = task
+        task.add_done_callback(self._restarted)
+
+    def _restarted(self, task: asyncio.Task[None]) -> None:
+        self._restarting = None
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and not self._closing:
+            self._logger.error(
+                "trigger socket accept failed: %s; not accepting any more",
+                error,
+                extra={"sched_error": str(error)},
+            )
+
+    def _new_connection(self) -> _Connection:
+        """The loop server's protocol factory: a connection, counted once it is made."""
+        return _Connection(self)
 
     def _start_accepting(self) -> None:
         self._accept_timer = None
@@ -230,6 +357,17 @@ class Server(Generic[P]):
         if self._accept_timer is not None:
             self._accept_timer.cancel()
             self._accept_timer = None
+        if self._server_timer is not None:
+            self._server_timer.cancel()
+            self._server_timer = None
+        if self._restarting is not None:
+            self._restarting.cancel()
+        server, self._loop_server = self._loop_server, None
+        watched, self._loop_server_socket = self._loop_server_socket, None
+        if watched is not None:
+            watched.lost = None  # closing it now is ours, not a failure
+        if server is not None:
+            server.close()
         if self._accepting and self._sock is not None and self._loop is not None:
             self._accepting = False
             self._loop.remove_reader(self._sock.fileno())
@@ -267,24 +405,24 @@ class Server(Generic[P]):
         loop = self._loop
         assert loop is not None
         connection = _Connection(self)
+        connection.counted = True
         self._active += 1
         if self._idle_event is not None:
             self._idle_event.clear()
         try:
-            task = loop.create_task(loop.connect_accepted_socket(lambda: connection, conn))
+            setup = loop.connect_accepted_socket(connection.itself, conn)
         except BaseException:
             conn.close()
             self._released()
             raise
-        self._starting_up.add(task)
-        task.add_done_callback(lambda done: self._started(done, connection, conn))
+        # Stepped by hand rather than by a Task: it only awaits the future that
+        # connection_made resolves, and a Task per connection costs a third of a
+        # round trip on uvloop.
+        self._starting_up.add(setup)
+        _step_setup(setup, self, connection, conn)
 
-    def _started(
-        self, task: asyncio.Task[Any], connection: _Connection, conn: socket.socket
-    ) -> None:
-        self._starting_up.discard(task)
-        failed = task.cancelled() or task.exception() is not None
-        if failed and not connection.connected:  # never connected: the socket is ours
+    def _setup_failed(self, connection: _Connection, conn: socket.socket) -> None:
+        if not connection.connected:  # never connected: the socket is ours
             conn.close()
             self._released()
 
@@ -311,15 +449,83 @@ class Server(Generic[P]):
         while changed:
             changed.popleft().catch_up()
 
+    def _hold(self, connection: _Connection) -> None:
+        """*connection* holds its queued line back; send it after `_HOLD` at the latest."""
+        loop = self._loop
+        assert loop is not None
+        deadline = loop.time() + _HOLD
+        self._holding.append((deadline, connection))
+        if self._hold_timer is None:
+            self._hold_timer = loop.call_at(deadline, self._hold_deadlines)
+
+    def _hold_deadlines(self) -> None:
+        self._hold_timer = None
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        holding = self._holding
+        while holding:
+            deadline, connection = holding[0]
+            if deadline > now:
+                self._hold_timer = loop.call_at(deadline, self._hold_deadlines)
+                return
+            holding.popleft()
+            connection.catch_up()
+
     def _close_socket(self) -> None:
         self._stop_accepting()
+        sock = self._sock
+        if sock is not None and sock.fileno() >= 0:
+            self._drain_backlog(sock)
         if self._socket_file is not None:
             unlink_if_ours(*self._socket_file)
             self._socket_file = None
-        if self._sock is not None:
-            self._sock.close()
+        if sock is not None:
+            sock.close()
+
+    def _drain_backlog(self, sock: socket.socket) -> None:
+        """Refuse new connections, then answer each one in the backlog: none is reset."""
+        with contextlib.suppress(OSError):
+            # A listening unix socket shut down refuses connects (ECONNREFUSED: the
+            # client reports the request as not sent) but still hands out the ones
+            # already queued. Where it cannot be (macOS), the window is the drain's.
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.setblocking(False)
+        answered = 0
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+            with conn:
+                conn.setblocking(False)
+                with contextlib.suppress(OSError):
+                    conn.send(_CLOSED)
+                    conn.recv(_DRAIN)  # what the client sent: unread bytes would reset it
+            answered += 1
+        if answered:
+            self._logger.warning(
+                "trigger request rejected: %s (%d connections still waiting to be accepted)",
+                CLOSED_MESSAGE,
+                answered,
+                extra={
+                    "sched_trigger": TRIGGER_EXTERNAL,
+                    "sched_reason": CLOSED_MESSAGE,
+                    "sched_connections": answered,
+                },
+            )
 
     def _opened(self, connection: _Connection) -> None:
+        if not connection.counted:  # made by the loop's own server
+            connection.counted = True
+            self._active += 1
+            if self._idle_event is not None:
+                self._idle_event.clear()
+            if self._descriptors_left() < _FD_HEADROOM:
+                self._accept_by_hand()
         if self._closing:
             connection.cut_short()
             return
@@ -353,12 +559,59 @@ class Server(Generic[P]):
         self._active -= 1
         if self._active == 0 and self._closing:
             self._idle()
+        elif (
+            self._fd_base >= 0
+            and self._accepting
+            and self._accept_timer is None
+            and self._descriptors_left() > 2 * _FD_HEADROOM
+        ):
+            # Descriptors are plentiful again: back to the loop's own server.
+            self._stop_accepting()
+            loop = self._loop
+            assert loop is not None
+            self._server_timer = loop.call_soon(self._restart_loop_server)
+
+    def _descriptors_left(self) -> int:
+        """About how many more descriptors this process may open (the soft limit's rest).
+
+        Counted from the descriptors open when serving began plus the
+        connections in flight; counted afresh from ``/proc/self/fd`` when
+        that estimate comes near the limit.
+        """
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return 1 << 30
+        left = limit - self._fd_base - self._active
+        if left < 4 * _FD_HEADROOM:
+            counted = _open_descriptors()
+            if counted >= 0:
+                self._fd_base = counted - self._active
+                left = limit - counted
+        return left
+
+    def _accept_by_hand(self) -> None:
+        """Few descriptors left: accept here, where running out pauses accepting.
+
+        uvloop's server, out of descriptors, closes every connection waiting in
+        the backlog (libuv's way); accepting here pauses for a second instead,
+        as the Go server does, and the clients wait.
+        """
+        if self._closing or self._accepting or self._accept_timer is not None:
+            return
+        server, self._loop_server = self._loop_server, None
+        watched, self._loop_server_socket = self._loop_server_socket, None
+        if watched is not None:
+            watched.lost = None
+        if server is not None:
+            server.close()
+        self._start_accepting()
 
     def _idle(self) -> None:
-        """Closed with nothing left in flight: drop the read timer and wake `wait`."""
-        if self._read_timer is not None:
-            self._read_timer.cancel()
-            self._read_timer = None
+        """Closed with nothing left in flight: drop the timers and wake `wait_closed`."""
+        for timer in (self._read_timer, self._hold_timer):
+            if timer is not None:
+                timer.cancel()
+        self._read_timer = self._hold_timer = None
         self._events()[1].set()
 
     def _hook(self, hook: Callable[..., object], *args: object) -> None:
@@ -402,6 +655,71 @@ class Server(Generic[P]):
         )
 
 
+def _positive(value: Duration, name: str) -> float:
+    seconds = to_seconds(value, name=name)
+    if seconds <= 0:
+        raise ValueError(f"{name} must be above zero, got {value!r}")
+    return seconds
+
+
+def _count(value: int, name: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < least:
+        raise ValueError(f"{name} must be {least} or more, got {value}")
+    return value
+
+
+def _step_setup(
+    setup: Coroutine[Any, Any, Any],
+    server: Server[Any],
+    connection: _Connection,
+    conn: socket.socket,
+    _: object = None,
+) -> None:
+    """Advance ``connect_accepted_socket`` to what it awaits next, or to its end."""
+    try:
+        awaited = setup.send(None)
+    except StopIteration:
+        server._starting_up.discard(setup)
+        return
+    except BaseException:
+        server._starting_up.discard(setup)
+        server._setup_failed(connection, conn)
+        return
+    if awaited is None:  # a bare yield: go again on the next turn of the loop
+        loop = server._loop
+        assert loop is not None
+        loop.call_soon(_step_setup, setup, server, connection, conn)
+    else:
+        awaited.add_done_callback(
+            lambda future: _step_setup(setup, server, connection, conn, future)
+        )
+
+
+@final
+class _WatchedSocket(socket.socket):
+    """A duplicate of the listening socket for the loop's server; says when it lets go.
+
+    uvloop detaches the socket object it was given when it closes its server
+    handle, for whatever reason: ``lost`` is then called on the loop.
+    """
+
+    __slots__ = ("lost",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lost: Callable[[], object] | None = None
+
+    def detach(self) -> int:
+        fd = super().detach()
+        lost, self.lost = self.lost, None
+        if lost is not None:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to restart
+                asyncio.get_running_loop().call_soon(lost)
+        return fd
+
+
 @final
 class _Connection(asyncio.Protocol):
     """One client: read one request, then stream its events; never strands the client.
@@ -409,34 +727,49 @@ class _Connection(asyncio.Protocol):
     Events produced in one turn of the event loop go out in one write (for a
     job that starts and finishes at once, ``queued``, ``started`` and ``done``
     are one send): the bytes on the wire are the same, the system calls fewer.
+    When a worker thread took the job at once, ``queued`` waits for the
+    worker's report (a couple of milliseconds at most) to leave with
+    ``started``, and the worker reports a quick run once, when it finishes.
     """
 
     __slots__ = (
         "_advance_pending",
         "_close_pending",
+        "_holding",
+        "counted",
         "_job",
         "_lost",
         "_out",
         "_reader",
         "_sent_started",
         "_server",
+        "_size",
         "_state",
+        "_steps",
         "_transport",
         "_write_timer",
     )
 
     def __init__(self, server: Server[Any]) -> None:
         self._server = server
+        self.counted = False  # in the server's count of connections in flight
         self._transport: asyncio.Transport | None = None
-        self._reader = RequestReader(server._max_request_size)
+        self._reader: RequestReader | None = None  # made for a request not in one read
         self._state = _READING
+        self._steps: Generator[None, None, Any] | None = None
         self._job: Job[Any] | None = None
+        self._size = 0  # request bytes counted against the server's queued budget
         self._sent_started = False
+        self._holding = False
         self._lost = False
         self._out: list[bytes] = []
         self._close_pending = False
         self._advance_pending = False
         self._write_timer: asyncio.TimerHandle | None = None
+
+    def itself(self) -> _Connection:
+        """The protocol factory handed to the loop: this very connection."""
+        return self
 
     @property
     def connected(self) -> bool:
@@ -457,22 +790,34 @@ class _Connection(asyncio.Protocol):
             if transport is not None and transport.is_reading():
                 transport.pause_reading()
             return
+        reader = self._reader
+        if reader is None:
+            server = self._server
+            if len(data) <= server._max_request_size:
+                value = whole(data, server._pairs)  # the common case: one line, one read
+                if value is not NOTHING:
+                    server._read_done(self)
+                    self._request(value, len(data))
+                    return
+            reader = self._reader = RequestReader(server._max_request_size, pairs=server._pairs)
         try:
-            done, value = self._reader.feed(data)
+            complete = reader.feed(data)
         except Undecodable as exc:
             self._fail(exc)
             return
-        if done:
-            self._request(value)
+        if complete:
+            self._decode()
 
     def eof_received(self) -> bool:
         if self._state == _READING:
+            if self._reader is None:
+                self._reader = RequestReader(self._server._max_request_size)
             try:
-                value = self._reader.feed_eof()
+                self._reader.feed_eof()
             except Undecodable as exc:
                 self._fail(exc)
             else:
-                self._request(value)
+                self._decode()
         return True  # a half-closed client still reads its events
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -483,6 +828,8 @@ class _Connection(asyncio.Protocol):
             self._write_timer = None
         if self._state == _READING:
             self._server._read_done(self)
+        if self._state == _DECODING:
+            self._server._decoding.discard(self)
         if self._state != _WAITING:
             self._state = _FINISHED
             self._server._released()
@@ -494,13 +841,46 @@ class _Connection(asyncio.Protocol):
             self._fail(Undecodable("request read timed out"))
 
     def cut_short(self) -> None:
-        """The server is closing while this connection still reads its request."""
-        if self._state != _READING:
+        """The server is closing while this connection still reads or decodes its request."""
+        if self._state not in (_READING, _DECODING):
             return
         self._state = _FINISHED
         self._server._cut_short()
         self._write(_CLOSED)
         self._close()
+
+    def _decode(self) -> None:
+        """The request is framed: decode it now, in slices if it is large."""
+        server = self._server
+        server._read_done(self)
+        self._state = _DECODING
+        assert self._reader is not None
+        self._steps = self._reader.decoding()
+        self._step()
+
+    def _step(self) -> None:
+        """One slice of decoding; the next runs on a later turn of the loop."""
+        steps = self._steps
+        if steps is None or self._state != _DECODING:
+            return
+        try:
+            next(steps)
+        except StopIteration as stop:
+            self._steps = None
+            self._server._decoding.discard(self)
+            assert self._reader is not None
+            self._request(stop.value, self._reader.size)
+            return
+        except Undecodable as exc:
+            self._steps = None
+            self._server._decoding.discard(self)
+            self._fail(exc)
+            return
+        server = self._server
+        server._decoding.add(self)
+        loop = server._loop
+        assert loop is not None
+        loop.call_soon(self._step)
 
     def _fail(self, error: Exception) -> None:
         self._server._read_done(self)
@@ -509,9 +889,9 @@ class _Connection(asyncio.Protocol):
         self._write(_UNDECODABLE)
         self._close()
 
-    def _request(self, value: Any) -> None:
+    def _request(self, value: Any, size: int) -> None:
+        """Decode *value* into the payload and submit it; *size*: the request's bytes."""
         server = self._server
-        server._read_done(self)
         decode = server._decode
         if decode is not None:
             try:
@@ -526,39 +906,54 @@ class _Connection(asyncio.Protocol):
         else:
             payload = value
         job: Job[Any] = Job(TRIGGER_EXTERNAL, payload)
+        self._job = job
         # Listen before submitting: an executor on another thread may start (even
         # finish) the job before this returns; its wake-up runs after the queued line.
         job._subscribe(self._job_changed)
         try:
-            server.queue.submit(job)
+            if server._queued_bytes + size > server._max_queued_bytes:
+                raise QueueFull
+            handed = server.queue._offer(job)
         except (QueueFull, QueueClosed) as exc:
             job._unsubscribe(self._job_changed)
+            self._job = None
             self._state = _FINISHED
             server._rejected(payload, exc)
             self._write(encode_event(EVENT_DONE, False, str(exc)))
             self._close()
             return
+        server._queued_bytes += size
+        self._size = size
         self._state = _WAITING
-        self._job = job
         server._accepted(payload)
-        self._write(_QUEUED)
+        if handed and not job.done:
+            # A worker thread took it at once: queued waits to leave with started.
+            self._holding = True
+            self._out.append(_QUEUED)
+            server._hold(self)
+        else:
+            self._write(_QUEUED)
 
     def _job_changed(self) -> None:
         server = self._server
         if threading.get_ident() == server._thread:
             self._advance()
             return
+        job = self._job
+        if self._holding and job is not None and not job.done:
+            return  # the loop sends started with queued: at the run's end, or the hold's
         if self._advance_pending:
             return  # the loop has not run the last wake-up yet: it will see this change too
         self._advance_pending = True
         server._changed_elsewhere(self)
 
     def catch_up(self) -> None:
-        """On the loop, after another thread changed the job: send what it produced.
+        """On the loop, after another thread changed the job (or a hold ran out): send.
 
         What the worker produced is complete for this turn: it is written now
         rather than one more turn of the loop later.
         """
+        self._holding = False  # first: a start after this is reported (see _job_changed)
         self._advance()
         self._flush()
 
@@ -567,10 +962,16 @@ class _Connection(asyncio.Protocol):
         job = self._job
         if job is None or self._state != _WAITING:
             return
-        if job._started and not self._sent_started:
+        started = job._started
+        outcome = job.outcome
+        if (started or outcome is not None) and self._size:
+            self._server._queued_bytes -= self._size  # no longer waiting in the queue
+            self._size = 0
+        if self._holding:
+            return  # catch_up sends it all at once
+        if started and not self._sent_started:
             self._sent_started = True
             self._write(_STARTED)
-        outcome = job.outcome
         if outcome is None:
             return
         self._state = _FINISHED
@@ -591,6 +992,8 @@ class _Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         transport = self._transport
+        if self._holding:
+            return  # catch_up flushes
         if not self._out or transport is None or transport.is_closing():
             self._out.clear()
             return
@@ -618,7 +1021,22 @@ class _Connection(asyncio.Protocol):
 
 
 def _done(ok: bool, reason: str, duration_ms: int) -> bytes:
-    """The final event's line; the common reasonless ones are built once."""
+    """The final event's line; the common reasonless ones are built once.
+
+    A reason whose line would pass `MAX_EVENT_LINE` bytes is cut at a
+    character so that the line fits, ending in ``[reason truncated: N bytes]``.
+    """
     if not reason and not duration_ms:
         return _DONE_OK if ok else _DONE_FAILED
-    return encode_event(EVENT_DONE, ok, reason, duration_ms)
+    line = encode_event(EVENT_DONE, ok, reason, duration_ms)
+    if len(line) <= MAX_EVENT_LINE:
+        return line
+    note = f" [reason truncated: {len(reason.encode('utf-8', 'surrogatepass'))} bytes]"
+    low, high = 0, min(len(reason), MAX_EVENT_LINE)
+    while low < high:  # the longest head whose line fits (escapes make it shorter)
+        middle = (low + high + 1) // 2
+        if len(encode_event(EVENT_DONE, ok, reason[:middle] + note, duration_ms)) <= MAX_EVENT_LINE:
+            low = middle
+        else:
+            high = middle - 1
+    return encode_event(EVENT_DONE, ok, reason[:low] + note, duration_ms)

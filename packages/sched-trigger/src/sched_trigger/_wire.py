@@ -39,6 +39,7 @@ __all__ = [
     "EVENT_QUEUED",
     "EVENT_STARTED",
     "GO_REPLACE",
+    "MAX_EVENT_LINE",
     "Event",
     "encode_event",
     "encode_payload",
@@ -56,6 +57,9 @@ EVENT_QUEUED = "queued"
 EVENT_STARTED = "started"
 #: The request's final result; always the last event on a connection.
 EVENT_DONE = "done"
+#: The longest event line a daemon sends, its newline included: the server cuts a
+#: longer run reason to fit (saying so), and the clients accept lines this long.
+MAX_EVENT_LINE = 64 * 1024
 
 _GO_ESCAPES = {
     "<": "\\u003c",
