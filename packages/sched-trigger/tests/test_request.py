@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +14,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sched_trigger_testkit import json_values
 
-from sched_trigger._request import RequestReader, Undecodable, dataclass_decoder, finish
+import sched_trigger._request as request
+from sched_trigger._request import (
+    RequestReader,
+    Undecodable,
+    dataclass_decoder,
+    decoding,
+    finish,
+)
+from sched_trigger._wire import has_surrogate_escape
 
 CAP = 1 << 20
 
@@ -216,8 +226,6 @@ class _CountingDecoder:
 def test_a_request_in_many_chunks_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks that each end like a value might (a quote, a newline) do not make the reader
     re-parse what it already has: the decoder sees about each byte once, not once per chunk."""
-    import sched_trigger._request as request
-
     counters = {key: _CountingDecoder(real) for key, real in request._DECODERS.items()}
     monkeypatch.setattr(request, "_DECODERS", counters)
     element = b'"' + b"x" * 60 + b'",\n'
@@ -252,17 +260,156 @@ def test_nesting_beyond_go_max_depth_is_refused_at_once() -> None:
     """Go refuses nesting deeper than 10,000; so does the reader, before the value ends."""
     with pytest.raises(Undecodable, match="max depth"):
         feed_all([b"[" * 10_001])
-    # Within Go's limit but maybe past this Python's parser: decoded, or undecodable;
-    # never a RecursionError escaping to the server.
-    try:
-        done, value = feed_all([b"[" * 9_999 + b"]" * 9_999])
-    except Undecodable:
-        pass
-    else:
+    with pytest.raises(Undecodable, match="max depth"):
+        feed_all([b"[" * 10_001 + b"]" * 10_001])
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_nesting_to_go_depth_decodes_without_recursion(split: bool) -> None:
+    """Values nested exactly 10,000 deep, as Go's decoder accepts them, decode (Python's
+    own parser recursed and gave up near 1,000 levels); arrays and objects alike."""
+    arrays = b"[" * 10_000 + b"]" * 10_000 + b"\n"
+    objects = b'{"a":' * 9_999 + b"{}" + b"}" * 9_999 + b"\n"
+    for data in (arrays, objects):
+        chunks = [data[: len(data) // 3], data[len(data) // 3 :]] if split else [data]
+        done, value = feed_all(chunks)
         assert done
-        for _ in range(9_998):
-            (value,) = value
-        assert [] == value
+        depth = 1
+        while value:
+            value = value[0] if isinstance(value, list) else value["a"]
+            depth += 1
+        assert 10_000 == depth
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"1" + b"0" * 400,
+        b"[-1" + b"0" * 400 + b"]",
+        b'{"a": [1, 2, 3' + b"0" * 320 + b"]}",
+    ],
+)
+def test_an_integer_past_float64_is_refused_without_a_payload_type(text: bytes) -> None:
+    """Go decodes an untyped number into a float64: an integer like 10**400 is refused, as
+    it is into a float field; one within float64's range is kept, exactly."""
+    with pytest.raises(Undecodable, match="out of range"):
+        feed_all([text, b"\n"])
+    assert (True, [10**300]) == feed_all([b"[1" + b"0" * 300 + b"]\n"])
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [[b'{"a": [1}'], [b'{"a": [1', b"}"], [b'[{"a": "]"', b"]"], [b"[[", b"}"]],
+)
+def test_mismatched_brackets_are_refused_as_they_arrive(chunks: list[bytes]) -> None:
+    """A closing bracket of the wrong kind is refused at once, without waiting for EOF,
+    whichever chunk it comes in (and brackets inside strings do not count)."""
+    with pytest.raises(Undecodable, match="mismatched"):
+        feed_all(chunks)
+
+
+#: Strings full of what framing must see through: quotes, backslashes, brackets.
+tricky_text = st.text(st.sampled_from('[]{}"\\ ,:ab\n\u00e9'), max_size=8)
+tricky_values = st.recursive(
+    st.none() | st.integers(-5, 5) | tricky_text,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(tricky_text, children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(value=tricky_values, data=st.data())
+def test_framing_completes_exactly_when_the_value_does(value: Any, data: st.DataObject) -> None:
+    """Split anywhere (inside escapes, between a backslash and what it escapes), a value is
+    reported complete by the chunk that holds its last byte, never before, and decodes to
+    json.loads' result."""
+    text = json.dumps(value).encode()
+    if not text.startswith((b"[", b"{", b'"')):
+        text = b"[" + text + b"]"
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(text) - 1), max_size=6)))
+    chunks = split(text, cuts) + [b"\n"]
+    reader = RequestReader(CAP)
+    for index, chunk in enumerate(chunks):
+        complete = reader.feed(chunk)
+        last_byte_arrived = sum(map(len, chunks[: index + 1])) >= len(text)
+        assert last_byte_arrived == complete
+        if complete:
+            break
+    assert json.loads(text) == finish(reader.decoding())
+
+
+@contextlib.contextmanager
+def small_slices(slice_: int, probe: int, c_depth: int) -> Iterator[None]:
+    """Make the decoder cut its work small, so a small value takes every path of a large one."""
+    saved = (request.SLICE, request._PROBE, request._C_DEPTH)
+    request.SLICE, request._PROBE, request._C_DEPTH = slice_, probe, c_depth
+    try:
+        yield
+    finally:
+        request.SLICE, request._PROBE, request._C_DEPTH = saved
+
+
+@given(
+    value=json_values,
+    slice_=st.integers(1, 40),
+    probe=st.integers(1, 40),
+    c_depth=st.integers(0, 4),
+    indent=st.sampled_from([None, 0, 2]),
+)
+def test_sliced_decoding_agrees_with_json_loads(
+    value: Any, slice_: int, probe: int, c_depth: int, indent: int | None
+) -> None:
+    """Decoded in batches cut at verified separators, element by element, or walked into,
+    a value comes out as json.loads makes it, whatever the cuts."""
+    text = json.dumps(value, indent=indent)
+    with small_slices(slice_, probe, c_depth):
+        assert (json.loads(text), len(text)) == finish(decoding(text.encode()))
+
+
+@given(
+    value=json_values,
+    slice_=st.integers(1, 40),
+    c_depth=st.integers(0, 4),
+    at=st.integers(0, 10_000),
+    junk=st.sampled_from(["", ",", "]", "}", "[", "{", ":", "x", '"', "1", " ,"]),
+)
+def test_sliced_decoding_refuses_what_json_loads_refuses(
+    value: Any, slice_: int, c_depth: int, at: int, junk: str
+) -> None:
+    """With one stray character put anywhere, the sliced decoder refuses exactly what the
+    C decoder refuses, and otherwise decodes the same value."""
+    text = json.dumps(value)
+    at %= len(text) + 1
+    bad = text[:at] + junk + text[at:]
+    try:
+        expected = json.JSONDecoder().raw_decode(bad)[0]
+    except (ValueError, RecursionError):
+        with small_slices(slice_, slice_, c_depth), pytest.raises(Undecodable):
+            finish(decoding(bad.encode()))
+        return
+    with small_slices(slice_, slice_, c_depth):
+        got = finish(decoding(bad.encode()))[0]
+    if has_surrogate_escape(bad):
+        expected = request._replace_surrogates(expected)
+    assert expected == got
+
+
+def test_a_large_value_is_decoded_in_slices() -> None:
+    """A request of a few MiB is decoded by a generator that yields every SLICE or so of
+    work (the server runs one slice per turn of its loop), not in one call."""
+    data = b"[" + b"{}," * 400_000 + b"{}]"
+    steps = decoding(data)
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            value, _ = stop.value
+            break
+        yields += 1
+    assert [{}] * 400_001 == value
+    assert yields >= len(data) // request.SLICE // 2
 
 
 # --- decoding as Go's encoding/json does ----------------------------------------------------

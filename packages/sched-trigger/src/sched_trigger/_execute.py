@@ -63,7 +63,8 @@ def run_jobs(queue: Queue[P], stop: threading.Event, *, run: SyncRun[P]) -> None
     starting; a job whose run raises is finished with ``panic: …`` and the
     exception propagates.
     """
-    for job in queue:
+    jobs = iter(queue)
+    while (job := next(jobs, None)) is not None:
         if stop.is_set():
             job.finish(Outcome(False, CANCELLED_REASON))
             continue
@@ -75,6 +76,9 @@ def run_jobs(queue: Queue[P], stop: threading.Event, *, run: SyncRun[P]) -> None
             job.finish(Outcome(False, _panic(exc), time.monotonic() - began))
             raise
         job.finish(outcome)
+        # Let go of it before waiting for the next one: the server frees a large
+        # payload a slice at a time on its loop, once nothing else holds it.
+        del job, outcome
 
 
 def _work(queue: Queue[P], executor: Executor[P], stop: threading.Event, *, track: bool) -> None:
@@ -219,6 +223,7 @@ async def execute(
                     job.finish(Outcome(False, _panic(exc), elapsed))
                 raise
             job.finish(outcome)
+            del job, outcome  # let go before waiting: see run_jobs
             if task is not None and task.cancelling():
                 # The run finished after (or swallowed) our cancellation: honour it
                 # now that the job has its true result.

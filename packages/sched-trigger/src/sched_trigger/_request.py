@@ -643,7 +643,7 @@ class RequestReader:
             expected = open_[len(open_) - matched :][::-1].translate(_CLOSE_OF)
             if brackets[:matched] != expected:
                 raise Undecodable("invalid JSON: mismatched brackets")
-        if closes >= len(open_):
+        if matched and closes >= len(open_):
             self._open = b""  # the value closed: what follows is not read as part of it
         else:
             self._open = open_[: len(open_) - matched] + opens

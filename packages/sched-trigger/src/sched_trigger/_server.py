@@ -8,17 +8,18 @@ import logging
 import os
 import resource
 import socket
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, final
 
 from ._durations import Duration, to_seconds
-from ._errors import CLOSED_MESSAGE, QueueClosed, QueueFull
+from ._errors import CLOSED_MESSAGE, FULL_MESSAGE, QueueClosed, QueueFull
 from ._job import TRIGGER_EXTERNAL, Job
 from ._listen import DEFAULT_BACKLOG, unlink_if_ours
 from ._queue import Queue
-from ._request import NOTHING, RequestReader, Undecodable, dataclass_decoder, whole
+from ._request import NOTHING, Pairs, RequestReader, Undecodable, dataclass_decoder, whole
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, MAX_EVENT_LINE, encode_event
 
 __all__ = ["DEFAULT_MAX_QUEUED_BYTES", "UNDECODABLE_REASON", "Server"]
@@ -35,6 +36,7 @@ _QUEUED = encode_event(EVENT_QUEUED, False)
 _STARTED = encode_event(EVENT_STARTED, False)
 _UNDECODABLE = encode_event(EVENT_DONE, False, UNDECODABLE_REASON)
 _CLOSED = encode_event(EVENT_DONE, False, CLOSED_MESSAGE)
+_FULL = encode_event(EVENT_DONE, False, FULL_MESSAGE)
 _DONE_OK = encode_event(EVENT_DONE, True)
 _DONE_FAILED = encode_event(EVENT_DONE, False)
 
@@ -646,6 +648,31 @@ class Server(Generic[P]):
             extra={"sched_trigger": TRIGGER_EXTERNAL, "sched_reason": CLOSED_MESSAGE},
         )
 
+    def _reclaim(self, job: Job[Any]) -> None:
+        """Free a finished job's large payload a slice at a time, once only we hold it."""
+        payload = job.payload
+        if payload.__class__ in _CONTAINERS and len(payload) >= _FREE_SLICE:
+            del payload
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(_reclaim_job, loop, job, _RECLAIM_TURNS)
+
+    def _over_budget(self, size: int) -> None:
+        """A request refused before decoding: the queued requests hold the byte budget."""
+        self._logger.warning(
+            "trigger request rejected: %s (its %d bytes would take the queued requests past "
+            "max_queued_bytes, %d)",
+            FULL_MESSAGE,
+            size,
+            self._max_queued_bytes,
+            extra={
+                "sched_trigger": TRIGGER_EXTERNAL,
+                "sched_reason": FULL_MESSAGE,
+                "sched_request_bytes": size,
+                "sched_max_queued_bytes": self._max_queued_bytes,
+            },
+        )
+
     def _undecodable(self, error: Exception) -> None:
         self._logger.warning(
             "trigger request rejected: %s (%s)",
@@ -653,6 +680,85 @@ class Server(Generic[P]):
             error,
             extra={"sched_trigger": TRIGGER_EXTERNAL, "sched_reason": UNDECODABLE_REASON},
         )
+
+
+#: Elements freed per turn of the loop when a large decoded value is let go.
+_FREE_SLICE = 16 * 1024
+#: How many turns a finished job's payload is waited for, to be ours alone.
+_RECLAIM_TURNS = 64
+_CONTAINERS = (list, dict, Pairs)
+
+
+def _reclaim_job(loop: asyncio.AbstractEventLoop, job: Job[Any], turns: int) -> None:
+    """Once nothing but this call holds *job* and its payload, free the payload in slices.
+
+    Freeing millions of objects is one long C call; a value nobody else can
+    see may instead be taken apart a slice at a time. Anything still held
+    elsewhere (an executor that kept the job, a run that kept the payload) is
+    left to be freed as usual.
+    """
+    if sys.getrefcount(job) > 3:  # this frame's name, the call's argument, getrefcount's
+        if turns:
+            loop.call_soon(_reclaim_job, loop, job, turns - 1)
+        return
+    payload = job.payload
+    job.payload = None
+    del job
+    if sys.getrefcount(payload) <= 2:  # the name, getrefcount's argument
+        stack = [payload]
+        del payload
+        _free_some(loop, stack)
+
+
+def free_in_slices(loop: asyncio.AbstractEventLoop, holder: list[Any]) -> None:
+    """Free ``holder[0]`` (which nothing else holds) a slice at a time, from the next turn."""
+    value = holder.pop()
+    if value.__class__ in _CONTAINERS and len(value) >= _FREE_SLICE and sys.getrefcount(value) <= 2:
+        stack = [value]
+        del value
+        loop.call_soon(_free_some, loop, stack)
+
+
+def _free_some(loop: asyncio.AbstractEventLoop, stack: list[Any]) -> None:
+    """Take about `_FREE_SLICE` elements out of the containers on *stack*; go on later.
+
+    Every container on *stack* is held by nothing else: an element that is a
+    large container held by nothing else either is taken apart in turn rather
+    than freed whole; anything held elsewhere only loses a reference.
+    """
+    budget = _FREE_SLICE
+    while stack and budget > 0:
+        top = stack.pop()
+        found = []
+        count = min(budget, len(top))
+        if isinstance(top, list):
+            chunk = top[len(top) - count :]
+            del top[len(top) - count :]
+            item = None
+            for item in chunk:
+                if item.__class__ is tuple and len(item) == 2:  # a member of Pairs
+                    item = item[1]  # noqa: PLW2901
+                # Held by chunk (or its tuple), this name and getrefcount's argument only.
+                if item.__class__ in _CONTAINERS and len(item) >= _FREE_SLICE:
+                    if sys.getrefcount(item) <= 3:
+                        found.append(item)
+            del chunk, item
+        else:
+            for _ in range(count):
+                _, item = top.popitem()
+                # Held by this name and getrefcount's argument only.
+                if item.__class__ in _CONTAINERS and len(item) >= _FREE_SLICE:
+                    if sys.getrefcount(item) <= 2:
+                        found.append(item)
+            item = None
+        budget -= max(count, 1)
+        if top:
+            stack.append(top)
+        del top
+        stack.extend(found)
+        del found
+    if stack:
+        loop.call_soon(_free_some, loop, stack)
 
 
 def _positive(value: Duration, name: str) -> float:
@@ -830,6 +936,7 @@ class _Connection(asyncio.Protocol):
             self._server._read_done(self)
         if self._state == _DECODING:
             self._server._decoding.discard(self)
+            self._unreserve()
         if self._state != _WAITING:
             self._state = _FINISHED
             self._server._released()
@@ -844,6 +951,7 @@ class _Connection(asyncio.Protocol):
         """The server is closing while this connection still reads or decodes its request."""
         if self._state not in (_READING, _DECODING):
             return
+        self._unreserve()
         self._state = _FINISHED
         self._server._cut_short()
         self._write(_CLOSED)
@@ -853,10 +961,32 @@ class _Connection(asyncio.Protocol):
         """The request is framed: decode it now, in slices if it is large."""
         server = self._server
         server._read_done(self)
+        reader = self._reader
+        assert reader is not None
+        if not self._reserve(reader.size):
+            # Refused before decoding: a decoded payload takes many times its bytes.
+            self._state = _FINISHED
+            server._over_budget(reader.size)
+            self._write(_FULL)
+            self._close()
+            return
         self._state = _DECODING
-        assert self._reader is not None
-        self._steps = self._reader.decoding()
+        self._steps = reader.decoding()
         self._step()
+
+    def _reserve(self, size: int) -> bool:
+        """Count *size* request bytes against the server's budget, if they fit in it."""
+        server = self._server
+        if server._queued_bytes + size > server._max_queued_bytes:
+            return False
+        server._queued_bytes += size
+        self._size = size
+        return True
+
+    def _unreserve(self) -> None:
+        if self._size:
+            self._server._queued_bytes -= self._size
+            self._size = 0
 
     def _step(self) -> None:
         """One slice of decoding; the next runs on a later turn of the loop."""
@@ -884,6 +1014,7 @@ class _Connection(asyncio.Protocol):
 
     def _fail(self, error: Exception) -> None:
         self._server._read_done(self)
+        self._unreserve()
         self._state = _FINISHED
         self._server._undecodable(error)
         self._write(_UNDECODABLE)
@@ -894,8 +1025,10 @@ class _Connection(asyncio.Protocol):
         server = self._server
         decode = server._decode
         if decode is not None:
+            holder = [value]
+            del value
             try:
-                payload = decode(value)
+                payload = decode(holder[0])
             except Undecodable as exc:  # the library's own: names types, never values
                 self._fail(exc)
                 return
@@ -903,6 +1036,10 @@ class _Connection(asyncio.Protocol):
                 # A decoder's or validator's message may quote the payload: log the type only.
                 self._fail(Undecodable(f"the decoder raised {type(exc).__name__}"))
                 return
+            finally:
+                loop = server._loop
+                assert loop is not None
+                free_in_slices(loop, holder)  # the parsed JSON, once converted
         else:
             payload = value
         job: Job[Any] = Job(TRIGGER_EXTERNAL, payload)
@@ -911,10 +1048,11 @@ class _Connection(asyncio.Protocol):
         # finish) the job before this returns; its wake-up runs after the queued line.
         job._subscribe(self._job_changed)
         try:
-            if server._queued_bytes + size > server._max_queued_bytes:
+            if not self._size and not self._reserve(size):
                 raise QueueFull
             handed = server.queue._offer(job)
         except (QueueFull, QueueClosed) as exc:
+            self._unreserve()
             job._unsubscribe(self._job_changed)
             self._job = None
             self._state = _FINISHED
@@ -922,8 +1060,6 @@ class _Connection(asyncio.Protocol):
             self._write(encode_event(EVENT_DONE, False, str(exc)))
             self._close()
             return
-        server._queued_bytes += size
-        self._size = size
         self._state = _WAITING
         server._accepted(payload)
         if handed and not job.done:
@@ -964,9 +1100,8 @@ class _Connection(asyncio.Protocol):
             return
         started = job._started
         outcome = job.outcome
-        if (started or outcome is not None) and self._size:
-            self._server._queued_bytes -= self._size  # no longer waiting in the queue
-            self._size = 0
+        if started or outcome is not None:
+            self._unreserve()  # no longer waiting in the queue
         if self._holding:
             return  # catch_up sends it all at once
         if started and not self._sent_started:
@@ -975,6 +1110,8 @@ class _Connection(asyncio.Protocol):
         if outcome is None:
             return
         self._state = _FINISHED
+        self._job = None
+        self._server._reclaim(job)
         self._write(_done(outcome.ok, outcome.reason, outcome.duration_ms))
         if self._lost:
             self._server._released()
