@@ -266,7 +266,7 @@ SECRET = "9876543210"
     [
         f'{{"a": {SECRET}e400}}\n'.encode(),
         f'{{"a": -{SECRET}E+999}}\n'.encode(),
-        f'[{SECRET}{"0" * 400}]\n'.encode(),
+        f"[{SECRET}{'0' * 400}]\n".encode(),
         f'{{"a": [1, {SECRET}x]}}\n'.encode(),
         f'{{"{SECRET}": NaN}}\n'.encode(),
         f'"{SECRET}\\x"\n'.encode(),

@@ -77,14 +77,15 @@ _NUMBER = re.compile(rb"[-+.0-9eE]*")
 _LITERALS = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
 # Every byte but the ones framing looks at: quotes and brackets.
 _NOT_STRUCTURAL = bytes(b for b in range(256) if b not in b'"[]{}')
-# A number a float64 may not hold has an exponent of three digits or more, or 309 digits
-# in a row. Looked for in one translate and three substring searches (a regular
-# expression without a literal prefix tries every position: five times json.loads).
+# A number a float64 may not hold has an exponent of three digits or more, or (with an
+# exponent of at most 99) over 200 digits in a row. Looked for in one translate and three
+# substring searches (a regular expression without a literal prefix tries every position:
+# five times json.loads).
 _NUMBER_SHAPE = bytes(
     0x30 if chr(b).isdigit() and b < 0x80 else 0x65 if b in b"eE" else 0x2B if b in b"+-" else 0x20
     for b in range(256)
 )
-_BIG_NUMBER_SHAPES = (b"e000", b"e+000", b"0" * 309)
+_BIG_NUMBER_SHAPES = (b"e000", b"e+000", b"0" * 200)
 _FLOAT_MAX = 1.7976931348623157e308
 
 _CONTAINER, _STRING, _SCALAR = 1, 2, 3
@@ -140,7 +141,7 @@ _DECODERS = {
 }
 
 
-def _invalid(exc: ValueError, offset: int = 0) -> Undecodable:
+def _invalid(exc: Exception, offset: int = 0) -> Undecodable:
     """The error for a decoder failure; a JSON syntax error says where, never what."""
     if isinstance(exc, json.JSONDecodeError):
         message = exc.msg.removesuffix(" at").removesuffix(" starting")
@@ -412,56 +413,28 @@ def _replace_surrogates(value: Any) -> Any:
     if isinstance(value, str):
         return replace_surrogates(value)
     root: list[Any] = [value]
-    stack: list[tuple[Any, Any]] = [(root, 0)]
+    # (container, key, member): member marks the value half of a Pairs member's tuple.
+    stack: list[tuple[Any, Any, bool]] = [(root, 0, False)]
     while stack:
-        container, key = stack.pop()
-        item = container[key]
+        container, key, member = stack.pop()
+        item = container[key][1] if member else container[key]
+        fixed = item
         if isinstance(item, str):
-            container[key] = replace_surrogates(item)
+            fixed = replace_surrogates(item)
         elif isinstance(item, Pairs):
-            fixed = Pairs((replace_surrogates(k), v) for k, v in item)
-            container[key] = fixed
-            stack.extend((fixed, i) for i in range(len(fixed)))
-        elif isinstance(item, tuple):  # a member of Pairs: (key, value)
-            inner = [item[0], item[1]]
-            stack.append((inner, 1))
-            container[key] = _Member(inner)
+            for i, (name, inner) in enumerate(item):
+                item[i] = (replace_surrogates(name), inner)
+                stack.append((item, i, True))
         elif isinstance(item, list):
-            stack.extend((item, i) for i in range(len(item)))
+            stack.extend((item, i, False) for i in range(len(item)))
         elif isinstance(item, dict):
-            fixed_pairs = [(replace_surrogates(k), v) for k, v in item.items()]
-            if any(k != old for (k, _), old in zip(fixed_pairs, item, strict=True)):
-                item = last_wins(fixed_pairs)
-                container[key] = item
-            stack.extend((item, k) for k in item)
-    return _unwrap_members(root[0])
-
-
-@final
-class _Member:
-    """A Pairs member being rebuilt (tuples are immutable)."""
-
-    __slots__ = ("inner",)
-
-    def __init__(self, inner: list[Any]) -> None:
-        self.inner = inner
-
-
-def _unwrap_members(value: Any) -> Any:
-    """Turn every `_Member` placeholder back into a ``(key, value)`` tuple (no recursion)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Pairs):
-            for i, member in enumerate(item):
-                if isinstance(member, _Member):
-                    member = item[i] = (member.inner[0], member.inner[1])
-                stack.append(member[1])
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-    return value
+            pairs = [(replace_surrogates(k), v) for k, v in item.items()]
+            if any(k != old for (k, _), old in zip(pairs, item, strict=True)):
+                fixed = last_wins(pairs)
+            stack.extend((fixed, k, False) for k in fixed)
+        if fixed is not item:
+            container[key] = (container[key][0], fixed) if member else fixed
+    return root[0]
 
 
 # --- framing -------------------------------------------------------------------------------
@@ -689,10 +662,8 @@ class RequestReader:
         except Undecodable:
             if self._oversized:
                 raise Undecodable("request too large") from None
-            if self._kind == _CONTAINER and self._depth > 0 or self._in_string:
-                raise Undecodable(
-                    "invalid JSON: the request ends before its value does"
-                ) from None
+            if (self._kind == _CONTAINER and self._depth > 0) or self._in_string:
+                raise Undecodable("invalid JSON: the request ends before its value does") from None
             raise
         return value
 

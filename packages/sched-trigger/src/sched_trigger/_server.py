@@ -57,7 +57,7 @@ def _open_descriptors() -> int:
     """How many descriptors the process has open (Linux, macOS), or -1 if unknown."""
     for folder in ("/proc/self/fd", "/dev/fd"):
         try:
-            return len(os.listdir(folder))
+            return len(os.listdir(folder))  # noqa: PTH208  # a count, no Path objects
         except OSError:
             continue
     return -1
@@ -261,6 +261,9 @@ class Server(Generic[P]):
         if self._active == 0:
             self._idle()
 
+    def _is_closing(self) -> bool:
+        return self._closing  # a call: the attribute may change across an await
+
     async def wait_closed(self) -> None:
         """Wait until the server is closed and every request has its final event on the wire."""
         closed, idle = self._events()
@@ -271,7 +274,7 @@ class Server(Generic[P]):
         """The same as `wait_closed` (the Go library's name, ``Server.Wait``)."""
         await self.wait_closed()
 
-    async def _start_loop_server(self) -> None:  # noqa: PLR0912
+    async def _start_loop_server(self) -> None:
         """Accept through the loop's own server (uvloop's accepts in C), on a duplicate.
 
         The loop server owns a duplicate of the listening socket: when the loop
@@ -286,23 +289,20 @@ class Server(Generic[P]):
         if self._descriptors_left() < _FD_HEADROOM:
             self._start_accepting()
             return
-        watched = _WatchedSocket(
-            socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(sock.fileno())
-        )
+        watched = _WatchedSocket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(sock.fileno()))
         watched.lost = self._loop_server_lost
         options: dict[str, Any] = {"sock": watched, "backlog": self._backlog}
         try:
             try:
-                server = await loop.create_unix_server(
-                    self._new_connection, cleanup_socket=False, **options
-                )
+                keep_file: dict[str, Any] = {**options, "cleanup_socket": False}
+                server = await loop.create_unix_server(self._new_connection, **keep_file)
             except TypeError:  # a loop without the option never removes the file
                 server = await loop.create_unix_server(self._new_connection, **options)
         except BaseException:
             watched.lost = None
             watched.close()
             raise
-        if self._closing:
+        if self._is_closing():
             watched.lost = None
             server.close()
             return
@@ -739,17 +739,23 @@ def _free_some(loop: asyncio.AbstractEventLoop, stack: list[Any]) -> None:
                 if item.__class__ is tuple and len(item) == 2:  # a member of Pairs
                     item = item[1]  # noqa: PLW2901
                 # Held by chunk (or its tuple), this name and getrefcount's argument only.
-                if item.__class__ in _CONTAINERS and len(item) >= _FREE_SLICE:
-                    if sys.getrefcount(item) <= 3:
-                        found.append(item)
+                if (
+                    item.__class__ in _CONTAINERS
+                    and len(item) >= _FREE_SLICE
+                    and sys.getrefcount(item) <= 3
+                ):
+                    found.append(item)
             del chunk, item
         else:
             for _ in range(count):
                 _, item = top.popitem()
                 # Held by this name and getrefcount's argument only.
-                if item.__class__ in _CONTAINERS and len(item) >= _FREE_SLICE:
-                    if sys.getrefcount(item) <= 2:
-                        found.append(item)
+                if (
+                    item.__class__ in _CONTAINERS
+                    and len(item) >= _FREE_SLICE
+                    and sys.getrefcount(item) <= 2
+                ):
+                    found.append(item)
             item = None
         budget -= max(count, 1)
         if top:
@@ -842,7 +848,6 @@ class _Connection(asyncio.Protocol):
         "_advance_pending",
         "_close_pending",
         "_holding",
-        "counted",
         "_job",
         "_lost",
         "_out",
@@ -854,6 +859,7 @@ class _Connection(asyncio.Protocol):
         "_steps",
         "_transport",
         "_write_timer",
+        "counted",
     )
 
     def __init__(self, server: Server[Any]) -> None:
