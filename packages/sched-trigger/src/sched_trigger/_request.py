@@ -34,6 +34,7 @@ No message raised here quotes the payload: messages name types and offsets.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import re
@@ -62,7 +63,7 @@ __all__ = [
 #: Go's ``encoding/json`` refuses values nested deeper than this.
 MAX_DEPTH = 10_000
 #: About how many bytes of decoding work `decoding` does between two yields.
-SLICE = 64 * 1024
+SLICE = 32 * 1024
 #: A first chunk up to this size that holds the whole request is decoded at once (`whole`).
 WHOLE = 64 * 1024
 # An element probed on its own is first tried within this many characters.
@@ -77,6 +78,12 @@ _NUMBER = re.compile(rb"[-+.0-9eE]*")
 _LITERALS = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
 # Every byte but the ones framing looks at: quotes and brackets.
 _NOT_STRUCTURAL = bytes(b for b in range(256) if b not in b'"[]{}')
+# A chunk's skeleton keeps these, digits mapped to 0, E to e and - to +: see _scan.
+_NOT_SKELETON = bytes(b for b in range(256) if b not in b'"[]{},:0123456789eE+-')
+_SKELETON = bytes(
+    0x30 if 0x30 <= b <= 0x39 else 0x65 if b == 0x45 else 0x2B if b == 0x2D else b
+    for b in range(256)
+)
 # A number a float64 may not hold has an exponent of three digits or more, or (with an
 # exponent of at most 99) over 200 digits in a row. Looked for in one translate and three
 # substring searches (a regular expression without a literal prefix tries every position:
@@ -89,6 +96,8 @@ _BIG_NUMBER_SHAPES = (b"e000", b"e+000", b"0" * 200)
 _FLOAT_MAX = 1.7976931348623157e308
 
 _CONTAINER, _STRING, _SCALAR = 1, 2, 3
+# What a chunk keeps of the last one's end: a number's pattern may straddle the two.
+_TAIL = 256
 _CLOSE_OF = bytes.maketrans(b"[{", b"]}")
 _MATCH_PASSES = 16
 
@@ -215,9 +224,19 @@ def decoding(
         Undecodable: *data* does not start with one valid JSON value.
     """
     text = str(data, "utf-8", GO_REPLACE)
-    shape = data.translate(_NUMBER_SHAPE)
-    careful = any(big in shape for big in _BIG_NUMBER_SHAPES)
-    del shape
+    careful = _may_overflow(data.translate(_NUMBER_SHAPE))
+    return (yield from _decoding(text, pairs=pairs, careful=careful, escapes=None))
+
+
+def _may_overflow(shape: bytes | bytearray) -> bool:
+    """Whether a number-shaped text (see `_NUMBER_SHAPE`) holds a number a float64 may not."""
+    return any(big in shape for big in _BIG_NUMBER_SHAPES)
+
+
+def _decoding(
+    text: str, *, pairs: bool, careful: bool, escapes: bool | None
+) -> Generator[None, None, tuple[Any, int]]:
+    """`decoding`, of text already decoded from UTF-8; *escapes*: surrogate escapes seen."""
     decode = _DECODERS[(pairs, careful)].raw_decode
     size = len(text)
     stack: list[_Frame] = []
@@ -232,7 +251,7 @@ def decoding(
         except ValueError as exc:
             raise _invalid(exc) from None
         else:
-            return _done(value, end, text)
+            return _done(value, end, text, escapes)
     mode = _VALUE
     work = 0
     closed: Any = None
@@ -270,7 +289,7 @@ def decoding(
             except (ValueError, RecursionError) as exc:
                 raise _invalid(exc) from None
             if not stack:
-                return _done(value, end, text)
+                return _done(value, end, text, escapes)
             stack[-1].add(value)
             work += end - pos
             pos = end
@@ -331,7 +350,7 @@ def decoding(
         closed = stack.pop().items
         pos += 1
         if not stack:
-            return _done(closed, pos, text)
+            return _done(closed, pos, text, escapes)
         stack[-1].add(closed)
         mode = _AFTER
 
@@ -359,7 +378,7 @@ def _batch(
         cut = text.find(",", pos + SLICE)
     stop = cut if cut >= 0 else min(size, pos + 2 * SLICE)
     opener = "[" if frame.close == "]" else "{"
-    piece = opener + text[pos:stop] + frame.close
+    piece = "".join((opener, text[pos:stop], frame.close))
     try:
         batch, end = decode(piece)
     except (ValueError, RecursionError):
@@ -376,10 +395,15 @@ def _batch(
     return -1, False
 
 
-def _done(value: Any, end: int, text: str) -> tuple[Any, int]:
-    if has_surrogate_escape(text):
+def _done(value: Any, end: int, text: str, escapes: bool | None = None) -> tuple[Any, int]:
+    if _has_escapes(text) if escapes is None else escapes:
         value = _replace_surrogates(value)
     return value, end
+
+
+def _has_escapes(text: str) -> bool:
+    """`has_surrogate_escape`, after a one-character search (a memchr: twenty times faster)."""
+    return "\\" in text and has_surrogate_escape(text)
 
 
 T = typing.TypeVar("T")
@@ -455,6 +479,7 @@ class RequestReader:
 
     __slots__ = (
         "_buf",
+        "_careful",
         "_depth",
         "_escape",
         "_in_string",
@@ -464,7 +489,10 @@ class RequestReader:
         "_open",
         "_oversized",
         "_pairs",
+        "_parts",
         "_pos",
+        "_tail",
+        "_text",
         "_value",
     )
 
@@ -472,6 +500,11 @@ class RequestReader:
         self._max_size = max_size
         self._pairs = pairs
         self._value: Any = NOTHING  # a whole first chunk, decoded at once
+        # Prepared chunk by chunk, so that decoding starts with no pass over it all:
+        self._text = codecs.getincrementaldecoder("utf-8")(GO_REPLACE)
+        self._parts: list[str] = []
+        self._careful = False  # a number a float64 may not hold may be in it
+        self._tail = b""  # the last bytes of the last chunk, for a pattern cut in two
         self._lead = 0  # whitespace before the value: counted, not kept
         self._buf = bytearray()  # the value's bytes so far
         self._kind = 0
@@ -529,6 +562,8 @@ class RequestReader:
             data = data[:room]
         first_chunk = not buf
         buf += data
+        if self._kind == _CONTAINER:
+            self._prepare(data)
         if self._kind == _SCALAR:
             complete = self._scalar_end()
         else:
@@ -546,6 +581,10 @@ class RequestReader:
             self._oversized = True
             return True
         return False
+
+    def _prepare(self, chunk: bytes) -> None:
+        """Decode *chunk* from UTF-8 as it arrives: decoding then starts with the text."""
+        self._parts.append(self._text.decode(chunk))
 
     def _scan(self, chunk: bytes) -> None:
         """Advance the bracket depth and string state over *chunk*, in whole-chunk passes.
@@ -566,7 +605,18 @@ class RequestReader:
                 chunk = chunk[:-1]
                 self._escape = True
             chunk = chunk.replace(b"\\\\", b"").replace(b'\\"', b"")
-        reduced = chunk.translate(None, _NOT_STRUCTURAL)
+        if self._kind == _CONTAINER:
+            # The chunk's skeleton: brackets, quotes, separators and number shapes only
+            # (digits as 0, exponents as e, signs as +), in one pass; a request of
+            # strings has a small one, and every later pass runs over it.
+            skeleton = chunk.translate(_SKELETON, _NOT_SKELETON)
+            if not self._careful:
+                joined = self._tail + skeleton
+                self._careful = _may_overflow(joined)
+                self._tail = joined[-_TAIL:]
+            reduced = skeleton.translate(None, _NOT_STRUCTURAL)
+        else:
+            reduced = chunk.translate(None, _NOT_STRUCTURAL)
         if in_string:
             reduced = b'"' + reduced
         if b'"' in reduced:
@@ -658,7 +708,15 @@ class RequestReader:
                 if literal is None and not self._oversized:
                     end = _NUMBER.match(self._buf).end()  # type: ignore[union-attr]
                 return decode_value(self._buf[:end])
-            value, _ = yield from decoding(self._buf, pairs=pairs)
+            if self._kind == _CONTAINER:
+                self._parts.append(self._text.decode(b"", final=True))
+                text = "".join(self._parts)
+                self._parts = []
+                value, _ = yield from _decoding(
+                    text, pairs=pairs, careful=self._careful, escapes=None
+                )
+            else:
+                value, _ = yield from decoding(self._buf, pairs=pairs)
         except Undecodable:
             if self._oversized:
                 raise Undecodable("request too large") from None
@@ -690,7 +748,7 @@ def whole(data: bytes, pairs: bool = False) -> Any:
         value, _ = _DECODERS[(pairs, True)].raw_decode(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
         return NOTHING
-    if has_surrogate_escape(text):
+    if _has_escapes(text):
         value = _replace_surrogates(value)
     return value
 

@@ -77,7 +77,7 @@ class Server(Generic[P]):
 
     * accepted: ``queued``, then ``started`` when the run begins, then exactly
       one ``done`` carrying ``ok``, ``duration_ms`` and ``reason`` (a reason
-      whose line would pass `MAX_EVENT_LINE` bytes is cut to fit and says so);
+      whose line would pass 64 KiB is cut to fit and says so);
     * rejected: ``done`` with ``ok`` false and the queue's message
       (``run queue is full``, ``scheduler is shutting down``); a request that
       would take the bytes held by queued requests past *max_queued_bytes*
@@ -110,7 +110,7 @@ class Server(Generic[P]):
         write_timeout: bound on each event write (default 10 s; positive).
         max_request_size: the request size cap in bytes (default 8 MiB).
         max_queued_bytes: the request bytes that requests waiting in the queue
-            may hold together (default `DEFAULT_MAX_QUEUED_BYTES`, 16 MiB).
+            may hold together (default 16 MiB).
             A decoded payload takes several times its request's bytes in
             memory (up to about 25 times for ``[{},{},…]``).
         backlog: the accept backlog (0 or more).
@@ -174,6 +174,8 @@ class Server(Generic[P]):
         # then fires once, finds nothing and stops): cheaper than a timer per request.
         self._reading: dict[_Connection, float] = {}
         self._decoding: set[_Connection] = set()
+        self._pumping: deque[_Connection] = deque()  # their next slices, in turn
+        self._pump_scheduled = False
         # Connections holding their queued line back until their worker reports,
         # oldest first, with the moment they send it anyway; one timer for them all.
         self._holding: deque[tuple[float, _Connection]] = deque()
@@ -450,6 +452,31 @@ class Server(Generic[P]):
         changed = self._changed
         while changed:
             changed.popleft().catch_up()
+
+    def _pump_later(self, connection: _Connection) -> None:
+        """Queue *connection*'s next slice of decoding: one slice per turn, round robin.
+
+        However many large requests are being decoded, a turn of the loop runs
+        one slice of one of them: every other client waits for a slice at
+        most, not for one slice of each.
+        """
+        self._decoding.add(connection)
+        self._pumping.append(connection)
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        if self._pumping:
+            self._pumping.popleft()._step()
+        if self._pumping and not self._pump_scheduled:
+            self._pump_scheduled = True
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._pump)
 
     def _hold(self, connection: _Connection) -> None:
         """*connection* holds its queued line back; send it after `_HOLD` at the latest."""
@@ -995,7 +1022,7 @@ class _Connection(asyncio.Protocol):
             self._size = 0
 
     def _step(self) -> None:
-        """One slice of decoding; the next runs on a later turn of the loop."""
+        """One slice of decoding; the server's pump runs the next on a later turn."""
         steps = self._steps
         if steps is None or self._state != _DECODING:
             return
@@ -1012,11 +1039,7 @@ class _Connection(asyncio.Protocol):
             self._server._decoding.discard(self)
             self._fail(exc)
             return
-        server = self._server
-        server._decoding.add(self)
-        loop = server._loop
-        assert loop is not None
-        loop.call_soon(self._step)
+        self._server._pump_later(self)
 
     def _fail(self, error: Exception) -> None:
         self._server._read_done(self)
