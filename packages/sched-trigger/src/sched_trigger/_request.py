@@ -610,7 +610,7 @@ class RequestReader:
             # (digits as 0, exponents as e, signs as +), in one pass; a request of
             # strings has a small one, and every later pass runs over it.
             skeleton = chunk.translate(_SKELETON, _NOT_SKELETON)
-            if not self._careful:
+            if not self._careful and b"0" in skeleton:  # (no digit: no number at all)
                 joined = self._tail + skeleton
                 self._careful = _may_overflow(joined)
                 self._tail = joined[-_TAIL:]

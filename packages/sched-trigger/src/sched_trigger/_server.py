@@ -180,6 +180,8 @@ class Server(Generic[P]):
         # oldest first, with the moment they send it anyway; one timer for them all.
         self._holding: deque[tuple[float, _Connection]] = deque()
         self._hold_timer: asyncio.TimerHandle | None = None
+        # Finished jobs whose large payloads wait to be freed in slices: [job, turns left].
+        self._reclaiming: deque[list[Any]] = deque()
         # Connections whose job changed on another thread (an executor's worker),
         # advanced together by one wake-up of the loop.
         self._changed: deque[_Connection] = deque()
@@ -680,9 +682,43 @@ class Server(Generic[P]):
         payload = job.payload
         if payload.__class__ in _CONTAINERS and len(payload) >= _FREE_SLICE:
             del payload
-            loop = self._loop
-            assert loop is not None
-            loop.call_soon(_reclaim_job, loop, job, _RECLAIM_TURNS)
+            self._reclaiming.append([job, _RECLAIM_TURNS])
+            if len(self._reclaiming) == 1:
+                loop = self._loop
+                assert loop is not None
+                loop.call_soon(self._reclaim_turn)
+
+    def _reclaim_turn(self) -> None:
+        """Once nothing but this server holds a finished job, free its payload in slices.
+
+        Freeing millions of objects is one long C call; a value nobody else can
+        see may instead be taken apart a slice at a time. A job or payload still
+        held elsewhere (an executor that kept the job, a run that kept the
+        payload) after `_RECLAIM_TURNS` turns is left to be freed as usual.
+        """
+        loop = self._loop
+        assert loop is not None
+        waiting = self._reclaiming
+        for _ in range(len(waiting)):
+            entry = waiting.popleft()
+            job = entry[0]
+            entry[0] = None
+            if sys.getrefcount(job) > 2:  # the name, and getrefcount's argument
+                if entry[1]:
+                    entry[0], entry[1] = job, entry[1] - 1
+                    waiting.append(entry)
+                continue
+            payload = job.payload
+            job.payload = None
+            del job
+            if sys.getrefcount(payload) <= 2:  # the name, and getrefcount's argument
+                stack = [payload]
+                del payload
+                _free_some(loop, stack)
+            else:
+                del payload
+        if waiting:
+            loop.call_soon(self._reclaim_turn)
 
     def _over_budget(self, size: int) -> None:
         """A request refused before decoding: the queued requests hold the byte budget."""
@@ -710,31 +746,10 @@ class Server(Generic[P]):
 
 
 #: Elements freed per turn of the loop when a large decoded value is let go.
-_FREE_SLICE = 16 * 1024
+_FREE_SLICE = 8 * 1024
 #: How many turns a finished job's payload is waited for, to be ours alone.
 _RECLAIM_TURNS = 64
 _CONTAINERS = (list, dict, Pairs)
-
-
-def _reclaim_job(loop: asyncio.AbstractEventLoop, job: Job[Any], turns: int) -> None:
-    """Once nothing but this call holds *job* and its payload, free the payload in slices.
-
-    Freeing millions of objects is one long C call; a value nobody else can
-    see may instead be taken apart a slice at a time. Anything still held
-    elsewhere (an executor that kept the job, a run that kept the payload) is
-    left to be freed as usual.
-    """
-    if sys.getrefcount(job) > 3:  # this frame's name, the call's argument, getrefcount's
-        if turns:
-            loop.call_soon(_reclaim_job, loop, job, turns - 1)
-        return
-    payload = job.payload
-    job.payload = None
-    del job
-    if sys.getrefcount(payload) <= 2:  # the name, getrefcount's argument
-        stack = [payload]
-        del payload
-        _free_some(loop, stack)
 
 
 def free_in_slices(loop: asyncio.AbstractEventLoop, holder: list[Any]) -> None:
