@@ -298,6 +298,19 @@ def test_an_integer_past_float64_is_refused_without_a_payload_type(text: bytes) 
 
 
 @pytest.mark.parametrize(
+    "text", [b'{"a": [1, 2e400]}', b"[1e+400]", b"[" + b"9" * 320 + b"]", b'["e", 1E-0400, 1e400]']
+)
+def test_a_number_past_float64_is_refused_however_it_is_split(text: bytes) -> None:
+    """Framing looks for numbers a float64 may not hold chunk by chunk: one cut anywhere,
+    even fed a byte at a time, is still found (and refused as Go refuses it)."""
+    with pytest.raises(Undecodable, match="out of range"):
+        feed_all([bytes([b]) for b in text] + [b"\n"])
+    for cut in range(1, len(text)):
+        with pytest.raises(Undecodable, match="out of range"):
+            feed_all([text[:cut], text[cut:], b"\n"])
+
+
+@pytest.mark.parametrize(
     "chunks",
     [[b'{"a": [1}'], [b'{"a": [1', b"}"], [b'[{"a": "]"', b"]"], [b"[[", b"}"]],
 )

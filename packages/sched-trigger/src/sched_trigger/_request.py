@@ -610,10 +610,13 @@ class RequestReader:
             # (digits as 0, exponents as e, signs as +), in one pass; a request of
             # strings has a small one, and every later pass runs over it.
             skeleton = chunk.translate(_SKELETON, _NOT_SKELETON)
-            if not self._careful and b"0" in skeleton:  # (no digit: no number at all)
-                joined = self._tail + skeleton
-                self._careful = _may_overflow(joined)
-                self._tail = joined[-_TAIL:]
+            if not self._careful:
+                if len(skeleton) >= _TAIL and b"0" not in skeleton:
+                    self._tail = skeleton[-_TAIL:]  # no digit, no number: nothing to look for
+                else:
+                    joined = self._tail + skeleton
+                    self._careful = _may_overflow(joined)
+                    self._tail = joined[-_TAIL:]
             reduced = skeleton.translate(None, _NOT_STRUCTURAL)
         else:
             reduced = chunk.translate(None, _NOT_STRUCTURAL)
