@@ -3,13 +3,16 @@
 The server frames a request as soon as one complete JSON value has arrived, as
 Go's ``json.Decoder`` does: no trailing newline is needed. Framing never takes
 a Python step per byte or per bracket: each received chunk is reduced to its
-brackets outside strings by a few whole-chunk passes in C (``bytes.replace``,
-``bytes.translate``, ``bytes.count``), which keeps the nesting depth at every
-chunk boundary exactly. A container is complete once its brackets balance at
-the end of a read (a client's request always ends a write); the value is then
-decoded once, from its first byte. The size cap counts every byte from the
-start of the stream to the end of the value, leading whitespace included, as
-Go's ``io.LimitReader`` does.
+skeleton, then to its brackets outside strings, by a few whole-chunk passes in
+C (``bytes.translate``, ``bytes.replace``, ``bytes.count``), which keeps the
+nesting depth at every chunk boundary exactly, pairs brackets so that one of
+the wrong kind is refused as it arrives, and notes whether a number a float64
+may not hold can be in it; the chunk is decoded from UTF-8 as it arrives. A
+container is complete once its brackets balance at the end of a read (a
+client's request always ends a write); the value is then decoded once, from
+its first byte. The size cap counts every byte from the start of the stream
+to the end of the value, leading whitespace included, as Go's
+``io.LimitReader`` does.
 
 Decoding is `decoding`, a generator that does at most about `SLICE` bytes of
 work between two yields, so the server runs a large request as a chain of

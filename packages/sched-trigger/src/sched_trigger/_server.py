@@ -473,7 +473,7 @@ class Server(Generic[P]):
     def _pump(self) -> None:
         self._pump_scheduled = False
         if self._pumping:
-            self._pumping.popleft()._step()
+            self._pumping.popleft().step_decoding()
         if self._pumping and not self._pump_scheduled:
             self._pump_scheduled = True
             loop = self._loop
@@ -965,7 +965,8 @@ class _Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         if self._state == _READING:
             if self._reader is None:
-                self._reader = RequestReader(self._server._max_request_size)
+                server = self._server
+                self._reader = RequestReader(server._max_request_size, pairs=server._pairs)
             try:
                 self._reader.feed_eof()
             except Undecodable as exc:
@@ -1020,7 +1021,7 @@ class _Connection(asyncio.Protocol):
             return
         self._state = _DECODING
         self._steps = reader.decoding()
-        self._step()
+        self.step_decoding()
 
     def _reserve(self, size: int) -> bool:
         """Count *size* request bytes against the server's budget, if they fit in it."""
@@ -1036,7 +1037,7 @@ class _Connection(asyncio.Protocol):
             self._server._queued_bytes -= self._size
             self._size = 0
 
-    def _step(self) -> None:
+    def step_decoding(self) -> None:
         """One slice of decoding; the server's pump runs the next on a later turn."""
         steps = self._steps
         if steps is None or self._state != _DECODING:
@@ -1094,7 +1095,7 @@ class _Connection(asyncio.Protocol):
         try:
             if not self._size and not self._reserve(size):
                 raise QueueFull
-            handed = server.queue._offer(job)
+            handed = Queue._offer(server.queue, job)
         except (QueueFull, QueueClosed) as exc:
             self._unreserve()
             job._unsubscribe(self._job_changed)
