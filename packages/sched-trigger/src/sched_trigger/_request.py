@@ -153,6 +153,11 @@ _DECODERS = {
 }
 
 
+# The careful decoders, for `whole`.
+_CAREFUL = _DECODERS[(False, True)].raw_decode
+_CAREFUL_PAIRS = _DECODERS[(True, True)].raw_decode
+
+
 def _invalid(exc: Exception, offset: int = 0) -> Undecodable:
     """The error for a decoder failure; a JSON syntax error says where, never what."""
     if isinstance(exc, json.JSONDecodeError):
@@ -751,10 +756,10 @@ def whole(data: bytes, pairs: bool = False) -> Any:
         return NOTHING
     try:
         text = data.decode()
-        value, _ = _DECODERS[(pairs, True)].raw_decode(text)
+        value, _ = (_CAREFUL_PAIRS if pairs else _CAREFUL)(text, 0)
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
         return NOTHING
-    if _has_escapes(text):
+    if "\\" in text and has_surrogate_escape(text):
         value = _replace_surrogates(value)
     return value
 

@@ -51,6 +51,8 @@ _HOLD = 0.002
 _DRAIN = 64 * 1024
 #: Below this many descriptors left, the server accepts by hand rather than through uvloop.
 _FD_HEADROOM = 64
+#: The descriptor limit (a system call) is read again once every this many connections.
+_FD_LIMIT_EVERY = 8
 
 
 def _open_descriptors() -> int:
@@ -164,6 +166,8 @@ class Server(Generic[P]):
         self._restarting: asyncio.Task[None] | None = None
         # Descriptors open when serving began (-1: not counted, accepting by hand).
         self._fd_base = -1
+        self._fd_limit = 0  # the soft limit, as last read (0: not read yet)
+        self._fd_checks = 0  # connections the loop's server made (the limit is read every 8th)
         # Accepted connections whose transport is still being set up.
         self._starting_up: set[Coroutine[Any, Any, Any]] = set()
         self._active = 0
@@ -555,7 +559,11 @@ class Server(Generic[P]):
             self._active += 1
             if self._idle_event is not None:
                 self._idle_event.clear()
-            if self._descriptors_left() < _FD_HEADROOM:
+            self._fd_checks += 1
+            if (
+                self._fd_checks % _FD_LIMIT_EVERY == 0
+                or self._fd_limit - self._fd_base - self._active < 4 * _FD_HEADROOM
+            ) and self._descriptors_left() < _FD_HEADROOM:
                 self._accept_by_hand()
         if self._closing:
             connection.cut_short()
@@ -610,9 +618,8 @@ class Server(Generic[P]):
         that estimate comes near the limit.
         """
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if limit == resource.RLIM_INFINITY:
-            return 1 << 30
-        left = limit - self._fd_base - self._active
+        self._fd_limit = 1 << 30 if limit == resource.RLIM_INFINITY else limit
+        left = self._fd_limit - self._fd_base - self._active
         if left < 4 * _FD_HEADROOM:
             counted = _open_descriptors()
             if counted >= 0:
@@ -679,14 +686,11 @@ class Server(Generic[P]):
 
     def _reclaim(self, job: Job[Any]) -> None:
         """Free a finished job's large payload a slice at a time, once only we hold it."""
-        payload = job.payload
-        if payload.__class__ in _CONTAINERS and len(payload) >= _FREE_SLICE:
-            del payload
-            self._reclaiming.append([job, _RECLAIM_TURNS])
-            if len(self._reclaiming) == 1:
-                loop = self._loop
-                assert loop is not None
-                loop.call_soon(self._reclaim_turn)
+        self._reclaiming.append([job, _RECLAIM_TURNS])
+        if len(self._reclaiming) == 1:
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._reclaim_turn)
 
     def _reclaim_turn(self) -> None:
         """Once nothing but this server holds a finished job, free its payload in slices.
@@ -1106,7 +1110,8 @@ class _Connection(asyncio.Protocol):
             self._close()
             return
         self._state = _WAITING
-        server._accepted(payload)
+        if server._on_accepted is not None or server._logger.isEnabledFor(logging.INFO):
+            server._accepted(payload)
         if handed and not job.done:
             # A worker thread took it at once: queued waits to leave with started.
             self._holding = True
@@ -1144,8 +1149,8 @@ class _Connection(asyncio.Protocol):
         if job is None or self._state != _WAITING:
             return
         started = job._started
-        outcome = job.outcome
-        if started or outcome is not None:
+        outcome = job._outcome
+        if self._size and (started or outcome is not None):
             self._unreserve()  # no longer waiting in the queue
         if self._holding:
             return  # catch_up sends it all at once
@@ -1156,7 +1161,10 @@ class _Connection(asyncio.Protocol):
             return
         self._state = _FINISHED
         self._job = None
-        self._server._reclaim(job)
+        payload = job.payload
+        if payload.__class__ in _CONTAINERS and len(payload) >= _FREE_SLICE:
+            del payload
+            self._server._reclaim(job)
         self._write(_done(outcome.ok, outcome.reason, outcome.duration_ms))
         if self._lost:
             self._server._released()
