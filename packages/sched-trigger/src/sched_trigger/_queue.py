@@ -99,14 +99,6 @@ class Queue(Generic[P]):
             QueueFull: the queue is at capacity (message ``run queue is full``).
             QueueClosed: the queue is closed (message ``scheduler is shutting down``).
         """
-        self._offer(job)
-
-    def _offer(self, job: Job[P]) -> bool:
-        """`submit` *job*; whether a receiver blocked on a plain thread took it at once.
-
-        The server then holds the ``queued`` line back for a moment, to send it
-        in one write with ``started`` (and ``done``, for a quick run).
-        """
         with self._lock:
             if self._closed:
                 raise QueueClosed
@@ -114,10 +106,8 @@ class Queue(Generic[P]):
                 raise QueueFull
             self._items.append(job)
             waiter = self._promise() if self._waiters else None
-        if waiter is None:
-            return False
-        waiter.wake()
-        return waiter.__class__ is _ThreadWaiter
+        if waiter is not None:
+            waiter.wake()
 
     def close(self) -> None:
         """Refuse new jobs from now on; the receiver still drains what was accepted.

@@ -45,8 +45,6 @@ _READING, _DECODING, _WAITING, _FINISHED = 0, 1, 2, 3
 _ACCEPT_BATCH = 128
 #: How long accepting pauses after it failed (Go's server sleeps one second).
 _ACCEPT_PAUSE = 1.0
-#: How long ``queued`` may wait for ``started`` when a worker thread took the job at once.
-_HOLD = 0.002
 #: What a connection still in the backlog at shutdown has read from it, at most.
 _DRAIN = 64 * 1024
 #: Below this many descriptors left, the server accepts by hand rather than through uvloop.
@@ -180,10 +178,6 @@ class Server(Generic[P]):
         self._decoding: set[_Connection] = set()
         self._pumping: deque[_Connection] = deque()  # their next slices, in turn
         self._pump_scheduled = False
-        # Connections holding their queued line back until their worker reports,
-        # oldest first, with the moment they send it anyway; one timer for them all.
-        self._holding: deque[tuple[float, _Connection]] = deque()
-        self._hold_timer: asyncio.TimerHandle | None = None
         # Finished jobs whose large payloads wait to be freed in slices: [job, turns left].
         self._reclaiming: deque[list[Any]] = deque()
         # Connections whose job changed on another thread (an executor's worker),
@@ -484,29 +478,6 @@ class Server(Generic[P]):
             assert loop is not None
             loop.call_soon(self._pump)
 
-    def _hold(self, connection: _Connection) -> None:
-        """*connection* holds its queued line back; send it after `_HOLD` at the latest."""
-        loop = self._loop
-        assert loop is not None
-        deadline = loop.time() + _HOLD
-        self._holding.append((deadline, connection))
-        if self._hold_timer is None:
-            self._hold_timer = loop.call_at(deadline, self._hold_deadlines)
-
-    def _hold_deadlines(self) -> None:
-        self._hold_timer = None
-        loop = self._loop
-        assert loop is not None
-        now = loop.time()
-        holding = self._holding
-        while holding:
-            deadline, connection = holding[0]
-            if deadline > now:
-                self._hold_timer = loop.call_at(deadline, self._hold_deadlines)
-                return
-            holding.popleft()
-            connection.catch_up()
-
     def _close_socket(self) -> None:
         self._stop_accepting()
         sock = self._sock
@@ -646,10 +617,9 @@ class Server(Generic[P]):
 
     def _idle(self) -> None:
         """Closed with nothing left in flight: drop the timers and wake `wait_closed`."""
-        for timer in (self._read_timer, self._hold_timer):
-            if timer is not None:
-                timer.cancel()
-        self._read_timer = self._hold_timer = None
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         self._events()[1].set()
 
     def _hook(self, hook: Callable[..., object], *args: object) -> None:
@@ -885,15 +855,13 @@ class _Connection(asyncio.Protocol):
     Events produced in one turn of the event loop go out in one write (for a
     job that starts and finishes at once, ``queued``, ``started`` and ``done``
     are one send): the bytes on the wire are the same, the system calls fewer.
-    When a worker thread took the job at once, ``queued`` waits for the
-    worker's report (a couple of milliseconds at most) to leave with
-    ``started``, and the worker reports a quick run once, when it finishes.
+    What a worker thread changes is sent by one wake-up of the loop for every
+    connection it changed meanwhile.
     """
 
     __slots__ = (
         "_advance_pending",
         "_close_pending",
-        "_holding",
         "_job",
         "_lost",
         "_out",
@@ -918,7 +886,6 @@ class _Connection(asyncio.Protocol):
         self._job: Job[Any] | None = None
         self._size = 0  # request bytes counted against the server's queued budget
         self._sent_started = False
-        self._holding = False
         self._lost = False
         self._out: list[bytes] = []
         self._close_pending = False
@@ -1099,7 +1066,7 @@ class _Connection(asyncio.Protocol):
         try:
             if not self._size and not self._reserve(size):
                 raise QueueFull
-            handed = Queue._offer(server.queue, job)
+            server.queue.submit(job)
         except (QueueFull, QueueClosed) as exc:
             self._unreserve()
             job._unsubscribe(self._job_changed)
@@ -1112,34 +1079,24 @@ class _Connection(asyncio.Protocol):
         self._state = _WAITING
         if server._on_accepted is not None or server._logger.isEnabledFor(logging.INFO):
             server._accepted(payload)
-        if handed and not job.done:
-            # A worker thread took it at once: queued waits to leave with started.
-            self._holding = True
-            self._out.append(_QUEUED)
-            server._hold(self)
-        else:
-            self._write(_QUEUED)
+        self._write(_QUEUED)
 
     def _job_changed(self) -> None:
         server = self._server
         if threading.get_ident() == server._thread:
             self._advance()
             return
-        job = self._job
-        if self._holding and job is not None and not job.done:
-            return  # the loop sends started with queued: at the run's end, or the hold's
         if self._advance_pending:
             return  # the loop has not run the last wake-up yet: it will see this change too
         self._advance_pending = True
         server._changed_elsewhere(self)
 
     def catch_up(self) -> None:
-        """On the loop, after another thread changed the job (or a hold ran out): send.
+        """On the loop, after another thread changed the job: send what it produced.
 
         What the worker produced is complete for this turn: it is written now
         rather than one more turn of the loop later.
         """
-        self._holding = False  # first: a start after this is reported (see _job_changed)
         self._advance()
         self._flush()
 
@@ -1152,8 +1109,6 @@ class _Connection(asyncio.Protocol):
         outcome = job._outcome
         if self._size and (started or outcome is not None):
             self._unreserve()  # no longer waiting in the queue
-        if self._holding:
-            return  # catch_up sends it all at once
         if started and not self._sent_started:
             self._sent_started = True
             self._write(_STARTED)
@@ -1182,8 +1137,6 @@ class _Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         transport = self._transport
-        if self._holding:
-            return  # catch_up flushes
         if not self._out or transport is None or transport.is_closing():
             self._out.clear()
             return
