@@ -111,6 +111,26 @@ def test_invalid_utf8_becomes_one_replacement_per_byte() -> None:
     assert (True, "é") == feed_all([b'"\xc3', b'\xa9"'])
 
 
+@given(
+    text=st.text(st.characters(codec="utf-8", exclude_categories=("Cc",)), max_size=12),
+    junk=st.binary(max_size=4).map(lambda raw: bytes(b | 0x80 for b in raw)),
+    at=st.integers(0, 100),
+    cut=st.integers(1, 200),
+)
+def test_utf8_cut_by_a_read_decodes_as_in_one_read(
+    text: str, junk: bytes, at: int, cut: int
+) -> None:
+    """A character cut in two by the end of a read is decoded whole, and bytes that are no
+    UTF-8 (wherever the cut falls) become the same U+FFFDs as in one read."""
+    body = text.encode()
+    at %= len(body) + 1
+    raw = body[:at] + junk + body[at:]  # junk: bytes of 0x80 and up, never UTF-8 alone
+    data = b'["' + raw.replace(b"\\", b"").replace(b'"', b"") + b'"]'
+    cut %= len(data)
+    whole_read = feed_all([data, b"\n"])
+    assert whole_read == feed_all([data[:cut], data[cut:], b"\n"])
+
+
 def test_size_cap_just_under_and_over() -> None:
     """A value of exactly the cap is accepted (trailing bytes aside); one byte more is not."""
     body = b'"' + b"x" * 98 + b'"'

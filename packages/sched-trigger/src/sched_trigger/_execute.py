@@ -38,6 +38,8 @@ def is_async(run: object) -> bool:
 
 
 def _checked(outcome: object) -> Outcome:
+    if outcome.__class__ is Outcome:
+        return outcome  # the common case, at once
     if inspect.iscoroutine(outcome):
         outcome.close()
         raise TypeError(

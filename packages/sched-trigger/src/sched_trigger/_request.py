@@ -499,8 +499,9 @@ class RequestReader:
         "_pairs",
         "_parts",
         "_pos",
+        "_size",
         "_tail",
-        "_text",
+        "_undecoded",
         "_value",
     )
 
@@ -509,12 +510,13 @@ class RequestReader:
         self._pairs = pairs
         self._value: Any = NOTHING  # a whole first chunk, decoded at once
         # Prepared chunk by chunk, so that decoding starts with no pass over it all:
-        self._text = codecs.getincrementaldecoder("utf-8")(GO_REPLACE)
+        self._undecoded = b""  # a character's first bytes, cut off by the end of a read
         self._parts: list[str] = []
         self._careful = False  # a number a float64 may not hold may be in it
         self._tail = b""  # the last bytes of the last chunk, for a pattern cut in two
         self._lead = 0  # whitespace before the value: counted, not kept
-        self._buf = bytearray()  # the value's bytes so far
+        self._size = 0  # the value's bytes so far
+        self._buf = bytearray()  # a bare number's or literal's bytes (others go to _parts)
         self._kind = 0
         self._depth = 0  # brackets opened minus closed, outside strings
         self._in_string = False
@@ -526,7 +528,7 @@ class RequestReader:
     @property
     def size(self) -> int:
         """The bytes the request holds so far (its value's, leading whitespace aside)."""
-        return len(self._buf)
+        return self._size
 
     def feed(self, data: bytes) -> bool:
         """Take the next chunk of the stream.
@@ -538,14 +540,14 @@ class RequestReader:
             Undecodable: the stream cannot start a JSON value, nests deeper
                 than `MAX_DEPTH`, or only whitespace outgrows the cap.
         """
-        buf = self._buf
         cap = self._max_size
-        if not buf:
+        first_chunk = not self._size
+        if first_chunk:
             if not self._lead and len(data) <= cap:
                 value = whole(data, self._pairs)  # the common case: one line in one read
                 if value is not NOTHING:
                     self._value = value
-                    buf += data
+                    self._size = len(data)
                     return True
             stripped = data.lstrip(_WHITESPACE)
             self._lead += len(data) - len(stripped)
@@ -565,16 +567,15 @@ class RequestReader:
                 self._kind = _SCALAR
             else:
                 raise Undecodable("the request does not start a JSON value")
-        room = cap - self._lead - len(buf)
+        room = cap - self._lead - self._size
         if len(data) > room:
             data = data[:room]
-        first_chunk = not buf
-        buf += data
-        if self._kind == _CONTAINER:
-            self._prepare(data)
+        self._size += len(data)
         if self._kind == _SCALAR:
+            self._buf += data
             complete = self._scalar_end()
         else:
+            self._decode_utf8(data, final=False)  # decoded from UTF-8 as it arrives
             if first_chunk and self._kind == _STRING:
                 self._in_string = True
                 data = data[1:]  # the opening quote
@@ -584,15 +585,18 @@ class RequestReader:
             complete = not self._in_string and self._depth <= 0
         if complete:
             return True
-        if self._lead + len(buf) >= cap:
+        if self._lead + self._size >= cap:
             # The cap is reached: as with Go's io.LimitReader, the stream ends here.
             self._oversized = True
             return True
         return False
 
-    def _prepare(self, chunk: bytes) -> None:
-        """Decode *chunk* from UTF-8 as it arrives: decoding then starts with the text."""
-        self._parts.append(self._text.decode(chunk))
+    def _decode_utf8(self, chunk: bytes, *, final: bool) -> None:
+        """Decode *chunk* onto the text; a character it cuts in two waits for the next."""
+        data = self._undecoded + chunk if self._undecoded else chunk
+        text, used = codecs.utf_8_decode(data, GO_REPLACE, final)
+        self._undecoded = data[used:]
+        self._parts.append(text)
 
     def _scan(self, chunk: bytes) -> None:
         """Advance the bracket depth and string state over *chunk*, in whole-chunk passes.
@@ -698,7 +702,7 @@ class RequestReader:
         Raises:
             Undecodable: nothing arrived.
         """
-        if not self._buf:
+        if not self._size:
             raise Undecodable("empty request")
 
     def decoding(self) -> Generator[None, None, Any]:
@@ -719,15 +723,10 @@ class RequestReader:
                 if literal is None and not self._oversized:
                     end = _NUMBER.match(self._buf).end()  # type: ignore[union-attr]
                 return decode_value(self._buf[:end])
-            if self._kind == _CONTAINER:
-                self._parts.append(self._text.decode(b"", final=True))
-                text = "".join(self._parts)
-                self._parts = []
-                value, _ = yield from _decoding(
-                    text, pairs=pairs, careful=self._careful, escapes=None
-                )
-            else:
-                value, _ = yield from decoding(self._buf, pairs=pairs)
+            self._decode_utf8(b"", final=True)
+            text = "".join(self._parts)
+            self._parts = []
+            value, _ = yield from _decoding(text, pairs=pairs, careful=self._careful, escapes=None)
         except Undecodable:
             if self._oversized:
                 raise Undecodable("request too large") from None
