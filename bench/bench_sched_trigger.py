@@ -845,7 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("pyenv") and "/.pyenv/shims/" in sys.executable:
         print("warning: running through a pyenv shim inflates process start-up", file=sys.stderr)
     loops = ["asyncio", "uvloop"]
-    rounds, seconds, runs = (1, 0.3, 5) if args.quick else (5, 2.0, 40)
+    rounds, seconds, runs = (1, 0.3, 5) if args.quick else (7, 2.0, 40)
     throughput = measure_throughput(loops, rounds, seconds)
     decoding = measure_decoding(1 if args.quick else 5)
     beside = {loop: measure_beside_large(loop, 1.0 if args.quick else 5.0) for loop in loops}

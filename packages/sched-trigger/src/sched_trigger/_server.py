@@ -47,6 +47,8 @@ _ACCEPT_BATCH = 128
 _ACCEPT_PAUSE = 1.0
 #: What a connection still in the backlog at shutdown has read from it, at most.
 _DRAIN = 64 * 1024
+#: A request this large has its further reads this large framed by the server's pump.
+_FRAME_NOW = 64 * 1024
 #: Below this many descriptors left, the server accepts by hand rather than through uvloop.
 _FD_HEADROOM = 64
 #: The descriptor limit (a system call) is read again once every this many connections.
@@ -85,16 +87,18 @@ class Server(Generic[P]):
     * undecodable, oversized or too slow: ``done`` with ``ok`` false and
       ``undecodable request``.
 
-    A large request is decoded in slices of a few milliseconds each, so
-    other clients are served meanwhile.
+    A large request is framed a read at a time and decoded in slices of a
+    few milliseconds, one piece per turn of the loop for all large requests
+    together, so other clients are served meanwhile.
 
     Without hooks the server logs ``triggered run queued`` (info) and
     ``trigger request rejected: <reason>`` (warning); it never logs a payload,
     nor any part of one. Hooks run on the event loop and replace those lines
     one hook at a time: *on_accepted* replaces the accepted line,
-    *on_rejected* the queue-full and shutting-down lines. Undecodable requests
-    (there is no payload to hand a hook) are logged whatever hooks are set,
-    without the payload.
+    *on_rejected* the queue-full and shutting-down lines. Undecodable requests,
+    and requests refused for the byte budget before they were decoded (there
+    is no payload to hand a hook), are logged whatever hooks are set, without
+    the payload.
 
     Shutdown order: `close` (stop accepting), ``queue.close()``, await the
     executor, then await `wait_closed`.
@@ -454,13 +458,12 @@ class Server(Generic[P]):
             changed.popleft().catch_up()
 
     def _pump_later(self, connection: _Connection) -> None:
-        """Queue *connection*'s next slice of decoding: one slice per turn, round robin.
+        """Queue *connection*'s next piece of work: one piece per turn, round robin.
 
-        However many large requests are being decoded, a turn of the loop runs
-        one slice of one of them: every other client waits for a slice at
-        most, not for one slice of each.
+        However many large requests are being read and decoded, a turn of the
+        loop frames one read, or decodes one slice, of one of them: every other
+        client waits for one piece at most, not for one piece of each.
         """
-        self._decoding.add(connection)
         self._pumping.append(connection)
         if not self._pump_scheduled:
             self._pump_scheduled = True
@@ -471,7 +474,7 @@ class Server(Generic[P]):
     def _pump(self) -> None:
         self._pump_scheduled = False
         if self._pumping:
-            self._pumping.popleft().step_decoding()
+            self._pumping.popleft().step()
         if self._pumping and not self._pump_scheduled:
             self._pump_scheduled = True
             loop = self._loop
@@ -871,6 +874,7 @@ class _Connection(asyncio.Protocol):
         "_size",
         "_state",
         "_steps",
+        "_unframed",
         "_transport",
         "_write_timer",
         "counted",
@@ -883,6 +887,7 @@ class _Connection(asyncio.Protocol):
         self._reader: RequestReader | None = None  # made for a request not in one read
         self._state = _READING
         self._steps: Generator[None, None, Any] | None = None
+        self._unframed: list[bytes] = []  # reads waiting for the pump (b"": the end)
         self._job: Job[Any] | None = None
         self._size = 0  # request bytes counted against the server's queued budget
         self._sent_started = False
@@ -925,6 +930,23 @@ class _Connection(asyncio.Protocol):
                     self._request(value, len(data))
                     return
             reader = self._reader = RequestReader(server._max_request_size, pairs=server._pairs)
+        elif self._unframed or (reader.size >= _FRAME_NOW and len(data) >= _FRAME_NOW):
+            # A large request arriving in large reads: they are framed by the server's
+            # pump, one per turn of the loop with every other large request's, and
+            # reading pauses until this one is: a turn frames or decodes one piece,
+            # however many arrive. (Small reads cost little: framed at once.)
+            self._unframed.append(data)
+            transport = self._transport
+            if transport is not None and transport.is_reading():
+                transport.pause_reading()
+            self._server._pump_later(self)
+            return
+        self._frame(data)
+
+    def _frame(self, data: bytes) -> None:
+        """Frame one read of the request; decode it once it is complete."""
+        reader = self._reader
+        assert reader is not None
         try:
             complete = reader.feed(data)
         except Undecodable as exc:
@@ -935,16 +957,23 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         if self._state == _READING:
-            if self._reader is None:
-                server = self._server
-                self._reader = RequestReader(server._max_request_size, pairs=server._pairs)
-            try:
-                self._reader.feed_eof()
-            except Undecodable as exc:
-                self._fail(exc)
-            else:
-                self._decode()
+            if self._unframed:
+                self._unframed.append(b"")  # the end, after what waits to be framed
+                return True
+            self._end_of_request()
         return True  # a half-closed client still reads its events
+
+    def _end_of_request(self) -> None:
+        """The client half-closed while its request was read: decode what came."""
+        if self._reader is None:
+            server = self._server
+            self._reader = RequestReader(server._max_request_size, pairs=server._pairs)
+        try:
+            self._reader.feed_eof()
+        except Undecodable as exc:
+            self._fail(exc)
+        else:
+            self._decode()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -992,7 +1021,7 @@ class _Connection(asyncio.Protocol):
             return
         self._state = _DECODING
         self._steps = reader.decoding()
-        self.step_decoding()
+        self.step()
 
     def _reserve(self, size: int) -> bool:
         """Count *size* request bytes against the server's budget, if they fit in it."""
@@ -1008,8 +1037,20 @@ class _Connection(asyncio.Protocol):
             self._server._queued_bytes -= self._size
             self._size = 0
 
-    def step_decoding(self) -> None:
-        """One slice of decoding; the server's pump runs the next on a later turn."""
+    def step(self) -> None:
+        """One piece of work, from the server's pump: frame one read, or decode a slice."""
+        if self._state == _READING and self._unframed:
+            data = self._unframed.pop(0)
+            if data:
+                self._frame(data)
+            else:
+                self._end_of_request()
+            if self._state == _READING:
+                if self._unframed:
+                    self._server._pump_later(self)
+                elif self._transport is not None and not self._lost:
+                    self._transport.resume_reading()
+            return
         steps = self._steps
         if steps is None or self._state != _DECODING:
             return
@@ -1026,6 +1067,7 @@ class _Connection(asyncio.Protocol):
             self._server._decoding.discard(self)
             self._fail(exc)
             return
+        self._server._decoding.add(self)
         self._server._pump_later(self)
 
     def _fail(self, error: Exception) -> None:
