@@ -874,8 +874,8 @@ class _Connection(asyncio.Protocol):
         "_size",
         "_state",
         "_steps",
-        "_unframed",
         "_transport",
+        "_unframed",
         "_write_timer",
         "counted",
     )
