@@ -483,6 +483,15 @@ def test_surrogate_escapes_decode_as_go_decodes_them(units: list[int]) -> None:
     assert (True, expected) == feed_all([f'"{escaped}"\n'.encode()])  # the one-chunk path
 
 
+def test_surrogates_are_replaced_in_members_kept_for_a_dataclass() -> None:
+    """Decoded for a dataclass (members kept in order, repeats too), keys and values,
+    nested ones included, get U+FFFD for a lone surrogate escape as well."""
+    data = b'{"a\\ud800": ["\\udc00", {"b": "\\ud800"}], "a\\ud800": "x\\udfff"}\n'
+    expected = [("a\ufffd", ["\ufffd", [("b", "\ufffd")]]), ("a\ufffd", "x\ufffd")]
+    assert (True, expected) == feed_all([data], pairs=True)  # one read
+    assert (True, expected) == feed_all([data[:9], data[9:]], pairs=True)  # framed
+
+
 def test_a_lone_surrogate_never_reaches_the_payload() -> None:
     """A lone surrogate escape becomes U+FFFD: the payload always encodes to UTF-8."""
     done, value = feed_all([b'{"repos": ["\\ud800", "a\\udfffb"], "note\\udc00": 1}\n'])
