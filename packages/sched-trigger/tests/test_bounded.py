@@ -324,3 +324,24 @@ def test_wait_closed_is_the_wait_and_wait_its_alias() -> None:
 
 async def _ok(stop: asyncio.Event, trigger: str, payload: object) -> Outcome:
     return Outcome(True)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_large_request_cut_short_by_a_half_close_is_answered(loop: str) -> None:
+    """A large request whose reads wait for the server's pump, and that the client ends
+    (half-closes) before its value does, is answered undecodable, never left hanging."""
+    request = big_request(2 * MiB)[:-3]  # no closing bracket: the value never ends
+
+    def send_half_close(path: str) -> bytes:
+        with blocking_connect(path) as sock:
+            sock.sendall(request)
+            sock.shutdown(socket.SHUT_WR)
+            return sock.makefile("rb").read()
+
+    async def scenario() -> bytes:
+        async with daemon() as d:
+            return await asyncio.to_thread(send_half_close, d.path)
+
+    assert b'{"event":"done","reason":"undecodable request","ok":false}\n' == run_async(
+        scenario(), loop
+    )
