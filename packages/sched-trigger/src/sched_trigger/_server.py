@@ -887,7 +887,7 @@ class _Connection(asyncio.Protocol):
         self._reader: RequestReader | None = None  # made for a request not in one read
         self._state = _READING
         self._steps: Generator[None, None, Any] | None = None
-        self._unframed: list[bytes] = []  # reads waiting for the pump (b"": the end)
+        self._unframed: list[bytes] | None = None  # reads waiting for the pump (b"": end)
         self._job: Job[Any] | None = None
         self._size = 0  # request bytes counted against the server's queued budget
         self._sent_started = False
@@ -926,11 +926,13 @@ class _Connection(asyncio.Protocol):
             if len(data) <= server._max_request_size:
                 value = whole(data, server._pairs)  # the common case: one line, one read
                 if value is not NOTHING:
-                    server._read_done(self)
+                    server._reading.pop(self, None)
                     self._request(value, len(data))
                     return
             reader = self._reader = RequestReader(server._max_request_size, pairs=server._pairs)
         elif self._unframed or (reader.size >= _FRAME_NOW and len(data) >= _FRAME_NOW):
+            if self._unframed is None:
+                self._unframed = []
             # A large request arriving in large reads: they are framed by the server's
             # pump, one per turn of the loop with every other large request's, and
             # reading pauses until this one is: a turn frames or decodes one piece,
@@ -1104,10 +1106,14 @@ class _Connection(asyncio.Protocol):
         self._job = job
         # Listen before submitting: an executor on another thread may start (even
         # finish) the job before this returns; its wake-up runs after the queued line.
-        job._subscribe(self._job_changed)
+        # (No other thread has the job yet: its listener list is ours to fill.)
+        job._listeners.append(self._job_changed)
         try:
-            if not self._size and not self._reserve(size):
-                raise QueueFull
+            if not self._size:
+                if server._queued_bytes + size > server._max_queued_bytes:
+                    raise QueueFull
+                server._queued_bytes += size
+                self._size = size
             server.queue.submit(job)
         except (QueueFull, QueueClosed) as exc:
             self._unreserve()
