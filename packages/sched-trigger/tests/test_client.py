@@ -43,13 +43,12 @@ from sched_trigger import (
     TriggerError,
     Unreachable,
     _client,
-    _wire,
     asubmit,
     run_broker_in_thread,
     submit,
 )
 from sched_trigger._client import LINE_LIMIT
-from sched_trigger._wire import encode_event
+from sched_trigger._wire import MAX_EVENT_LINE, encode_event
 
 QUEUED = b'{"event":"queued","ok":false}\n'
 STARTED = b'{"event":"started","ok":false}\n'
@@ -438,11 +437,6 @@ def test_an_endless_event_line_is_connection_lost(call: Submit) -> None:
     assert errno.EPROTO == caught.value.errno
 
 
-#: The longest event line a daemon sends, its newline included (the server's
-#: ``MAX_EVENT_LINE``): a longer reason is cut to fit.
-MAX_EVENT_LINE = 64 * 1024
-
-
 def _largest_done(duration_ms: int) -> Event:
     """A failed ``done`` whose line is exactly MAX_EVENT_LINE bytes, its reason made of the
     characters Go's escaping grows most (``<`` becomes six bytes)."""
@@ -494,8 +488,6 @@ def test_a_line_one_byte_over_the_cap_is_a_protocol_error(call: Submit) -> None:
 def test_a_reason_over_a_mebibyte_still_delivers_the_result(call: Submit) -> None:
     """A run that fails with a 2 MiB reason: the daemon cuts the reason to fit its line cap
     and says so, and the client gets the run's result (both clients used to lose it)."""
-    if not hasattr(_wire, "MAX_EVENT_LINE"):
-        pytest.skip("this daemon does not cut long reasons yet (the server's half of item 2.5)")
     reason = "boom " * (400 * 1024)
 
     def run(stop: threading.Event, trigger: str, payload: object) -> Outcome:
@@ -513,7 +505,7 @@ def test_a_reason_over_a_mebibyte_still_delivers_the_result(call: Submit) -> Non
 
 def test_the_clients_line_cap_is_the_servers() -> None:
     """The clients accept exactly the lines a daemon may send."""
-    assert getattr(_wire, "MAX_EVENT_LINE", MAX_EVENT_LINE) == MAX_EVENT_LINE == LINE_LIMIT
+    assert 64 * 1024 == MAX_EVENT_LINE == LINE_LIMIT
 
 
 @BOTH

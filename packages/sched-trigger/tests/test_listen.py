@@ -333,3 +333,65 @@ def test_a_path_over_the_sun_path_limit_is_named_as_such() -> None:
             listen(path)
         assert errno.ENAMETOOLONG == caught.value.errno
         assert not Path(path + ".lock").exists()
+
+
+def test_a_symlink_swapped_in_between_bind_and_chmod_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """listen never changes a mode through the path: a symlink swapped in right after
+    bind (as in a world-writable directory without the sticky bit) is refused, and the
+    file it points to keeps its mode."""
+    import sched_trigger._listen as listen_module
+
+    real_bind = socket.socket.bind
+
+    def bind_then_swap(self: socket.socket, address: str) -> None:
+        real_bind(self, address)
+        os.unlink(address)  # noqa: PTH108  # the other user's move, forced into the window
+        os.symlink(victim, address)  # noqa: PTH211
+
+    with socket_dir() as tmp:
+        victim = str(Path(tmp) / "victim")
+        Path(victim).write_text("someone else's")
+        Path(victim).chmod(0o644)
+        path = str(Path(tmp) / "s.sock")
+        monkeypatch.setattr(listen_module._OwnedSocket, "bind", bind_then_swap)
+        fds = open_fds()
+        with pytest.raises(NotASocket) as caught:
+            listen(path)
+        assert errno.ENOTSOCK == caught.value.errno
+        assert path == caught.value.filename
+        assert 0o644 == stat.S_IMODE(Path(victim).stat().st_mode)
+        assert Path(path).is_symlink()  # not ours: left where it was
+        assert fds == open_fds()
+
+
+@pytest.mark.parametrize("backlog", [-1, -5])
+def test_a_negative_backlog_is_refused(backlog: int) -> None:
+    """listen(backlog < 0) raises ValueError naming the bound, before touching the path."""
+    with socket_dir() as tmp:
+        path = Path(tmp) / "s.sock"
+        with pytest.raises(ValueError, match="backlog"):
+            listen(path, backlog=backlog)
+        assert not path.exists()
+        assert not Path(f"{path}.lock").exists()
+
+
+def test_a_missing_directory_is_reported_with_the_path_given() -> None:
+    """A socket path in a directory that does not exist names that path, not the lock file."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "missing" / "job.sock")
+        with pytest.raises(FileNotFoundError) as caught:
+            listen(path)
+        assert path == caught.value.filename
+        assert f"[Errno 2] the socket's directory does not exist: {path!r}" == str(caught.value)
+
+
+def test_a_path_that_is_not_a_socket_has_the_one_wording() -> None:
+    """The server's wording for a non-socket path is the client's: ENOTSOCK, the path given."""
+    with socket_dir() as tmp:
+        path = str(Path(tmp) / "job.sock")
+        Path(path).write_text("")
+        with pytest.raises(NotASocket) as caught:
+            listen(path)
+        assert f"[Errno {errno.ENOTSOCK}] exists and is not a socket: {path!r}" == str(caught.value)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,20 +14,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sched_trigger_testkit import json_values
 
-from sched_trigger._request import RequestReader, Undecodable, dataclass_decoder
+import sched_trigger._request as request
+from sched_trigger._request import (
+    RequestReader,
+    Undecodable,
+    dataclass_decoder,
+    decoding,
+    finish,
+)
+from sched_trigger._wire import has_surrogate_escape
 
 CAP = 1 << 20
 
 
-def feed_all(chunks: list[bytes], *, cap: int = CAP, eof: bool = False) -> tuple[bool, Any]:
-    """Feed *chunks* in order; return the first complete value (or finish at EOF)."""
-    reader = RequestReader(cap)
+def feed_all(
+    chunks: list[bytes], *, cap: int = CAP, eof: bool = False, pairs: bool = False
+) -> tuple[bool, Any]:
+    """Feed *chunks* in order; decode the first complete value (or what came, at EOF)."""
+    reader = RequestReader(cap, pairs=pairs)
     for chunk in chunks:
-        done, value = reader.feed(chunk)
-        if done:
-            return True, value
+        if reader.feed(chunk):
+            return True, finish(reader.decoding())
     if eof:
-        return True, reader.feed_eof()
+        reader.feed_eof()
+        return True, finish(reader.decoding())
     return False, None
 
 
@@ -99,6 +111,26 @@ def test_invalid_utf8_becomes_one_replacement_per_byte() -> None:
     assert (True, "é") == feed_all([b'"\xc3', b'\xa9"'])
 
 
+@given(
+    text=st.text(st.characters(codec="utf-8", exclude_categories=["Cc"]), max_size=12),
+    junk=st.binary(max_size=4).map(lambda raw: bytes(b | 0x80 for b in raw)),
+    at=st.integers(0, 100),
+    cut=st.integers(1, 200),
+)
+def test_utf8_cut_by_a_read_decodes_as_in_one_read(
+    text: str, junk: bytes, at: int, cut: int
+) -> None:
+    """A character cut in two by the end of a read is decoded whole, and bytes that are no
+    UTF-8 (wherever the cut falls) become the same U+FFFDs as in one read."""
+    body = text.encode()
+    at %= len(body) + 1
+    raw = body[:at] + junk + body[at:]  # junk: bytes of 0x80 and up, never UTF-8 alone
+    data = b'["' + raw.replace(b"\\", b"").replace(b'"', b"") + b'"]'
+    cut %= len(data)
+    whole_read = feed_all([data, b"\n"])
+    assert whole_read == feed_all([data[:cut], data[cut:], b"\n"])
+
+
 def test_size_cap_just_under_and_over() -> None:
     """A value of exactly the cap is accepted (trailing bytes aside); one byte more is not."""
     body = b'"' + b"x" * 98 + b'"'
@@ -130,6 +162,7 @@ class Payload:
     env: dict[str, str] = field(default_factory=dict)
     maybe: int | None = None
     anything: Any = None
+    note: str = ""
 
 
 def test_dataclass_payload_decoding_is_go_lenient() -> None:
@@ -200,7 +233,7 @@ def test_payload_type_must_be_a_dataclass() -> None:
 
 @dataclass
 class _CountingDecoder:
-    """Stands in for the module's JSON decoder and counts the characters it is handed."""
+    """Stands in for one of the module's JSON decoders and counts the characters it sees."""
 
     real: Any
     seen: int = 0
@@ -212,16 +245,14 @@ class _CountingDecoder:
 
 def test_a_request_in_many_chunks_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks that each end like a value might (a quote, a newline) do not make the reader
-    re-parse what it already has: the decoder sees each byte once, not once per chunk."""
-    import sched_trigger._request as request
-
-    counting = _CountingDecoder(request._DECODER)
-    monkeypatch.setattr(request, "_DECODER", counting)
+    re-parse what it already has: the decoder sees about each byte once, not once per chunk."""
+    counters = {key: _CountingDecoder(real) for key, real in request._DECODERS.items()}
+    monkeypatch.setattr(request, "_DECODERS", counters)
     element = b'"' + b"x" * 60 + b'",\n'
     chunks = [b"["] + [element] * 2000 + [b'"last"]\n']
     size = sum(map(len, chunks))
     assert (True, ["x" * 60] * 2000 + ["last"]) == feed_all(chunks, cap=size)
-    assert counting.seen <= 2 * size
+    assert sum(c.seen for c in counters.values()) <= 2 * size
 
 
 def test_leading_whitespace_counts_against_the_cap() -> None:
@@ -232,7 +263,7 @@ def test_leading_whitespace_counts_against_the_cap() -> None:
     with pytest.raises(Undecodable, match="too large"):
         feed_all([b" " * 61, value], cap=100)
     reader = RequestReader(100)
-    assert (False, None) == reader.feed(b" " * 100)
+    assert not reader.feed(b" " * 100)
     with pytest.raises(Undecodable, match="too large"):
         reader.feed(b" ")
 
@@ -249,17 +280,169 @@ def test_nesting_beyond_go_max_depth_is_refused_at_once() -> None:
     """Go refuses nesting deeper than 10,000; so does the reader, before the value ends."""
     with pytest.raises(Undecodable, match="max depth"):
         feed_all([b"[" * 10_001])
-    # Within Go's limit but maybe past this Python's parser: decoded, or undecodable;
-    # never a RecursionError escaping to the server.
-    try:
-        done, value = feed_all([b"[" * 9_999 + b"]" * 9_999])
-    except Undecodable:
-        pass
-    else:
+    with pytest.raises(Undecodable, match="max depth"):
+        feed_all([b"[" * 10_001 + b"]" * 10_001])
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_nesting_to_go_depth_decodes_without_recursion(split: bool) -> None:
+    """Values nested exactly 10,000 deep, as Go's decoder accepts them, decode (Python's
+    own parser recursed and gave up near 1,000 levels); arrays and objects alike."""
+    arrays = b"[" * 10_000 + b"]" * 10_000 + b"\n"
+    objects = b'{"a":' * 9_999 + b"{}" + b"}" * 9_999 + b"\n"
+    for data in (arrays, objects):
+        chunks = [data[: len(data) // 3], data[len(data) // 3 :]] if split else [data]
+        done, value = feed_all(chunks)
         assert done
-        for _ in range(9_998):
-            (value,) = value
-        assert [] == value
+        depth = 1
+        while value:
+            value = value[0] if isinstance(value, list) else value["a"]
+            depth += 1
+        assert 10_000 == depth
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"1" + b"0" * 400,
+        b"[-1" + b"0" * 400 + b"]",
+        b'{"a": [1, 2, 3' + b"0" * 320 + b"]}",
+    ],
+)
+def test_an_integer_past_float64_is_refused_without_a_payload_type(text: bytes) -> None:
+    """Go decodes an untyped number into a float64: an integer like 10**400 is refused, as
+    it is into a float field; one within float64's range is kept, exactly."""
+    with pytest.raises(Undecodable, match="out of range"):
+        feed_all([text, b"\n"])
+    assert (True, [10**300]) == feed_all([b"[1" + b"0" * 300 + b"]\n"])
+
+
+@pytest.mark.parametrize(
+    "text", [b'{"a": [1, 2e400]}', b"[1e+400]", b"[" + b"9" * 320 + b"]", b'["e", 1E-0400, 1e400]']
+)
+def test_a_number_past_float64_is_refused_however_it_is_split(text: bytes) -> None:
+    """Framing looks for numbers a float64 may not hold chunk by chunk: one cut anywhere,
+    even fed a byte at a time, is still found (and refused as Go refuses it)."""
+    with pytest.raises(Undecodable, match="out of range"):
+        feed_all([bytes([b]) for b in text] + [b"\n"])
+    for cut in range(1, len(text)):
+        with pytest.raises(Undecodable, match="out of range"):
+            feed_all([text[:cut], text[cut:], b"\n"])
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [[b'{"a": [1}'], [b'{"a": [1', b"}"], [b'[{"a": "]"', b"]"], [b"[[", b"}"]],
+)
+def test_mismatched_brackets_are_refused_as_they_arrive(chunks: list[bytes]) -> None:
+    """A closing bracket of the wrong kind is refused at once, without waiting for EOF,
+    whichever chunk it comes in (and brackets inside strings do not count)."""
+    with pytest.raises(Undecodable, match="mismatched"):
+        feed_all(chunks)
+
+
+#: Strings full of what framing must see through: quotes, backslashes, brackets.
+tricky_text = st.text(st.sampled_from('[]{}"\\ ,:ab\n\u00e9'), max_size=8)
+tricky_values = st.recursive(
+    st.none() | st.integers(-5, 5) | tricky_text,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(tricky_text, children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(value=tricky_values, data=st.data())
+def test_framing_completes_exactly_when_the_value_does(value: Any, data: st.DataObject) -> None:
+    """Split anywhere (inside escapes, between a backslash and what it escapes), a value is
+    reported complete by the chunk that holds its last byte, never before, and decodes to
+    json.loads' result."""
+    text = json.dumps(value).encode()
+    if not text.startswith((b"[", b"{", b'"')):
+        text = b"[" + text + b"]"
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(text) - 1), max_size=6)))
+    chunks = [*split(text, cuts), b"\n"]
+    reader = RequestReader(CAP)
+    for index, chunk in enumerate(chunks):
+        complete = reader.feed(chunk)
+        last_byte_arrived = sum(map(len, chunks[: index + 1])) >= len(text)
+        assert last_byte_arrived == complete
+        if complete:
+            break
+    assert json.loads(text) == finish(reader.decoding())
+
+
+@contextlib.contextmanager
+def small_slices(slice_: int, probe: int, c_depth: int) -> Iterator[None]:
+    """Make the decoder cut its work small, so a small value takes every path of a large one."""
+    saved = (request.SLICE, request._PROBE, request._C_DEPTH)
+    request.SLICE, request._PROBE, request._C_DEPTH = slice_, probe, c_depth
+    try:
+        yield
+    finally:
+        request.SLICE, request._PROBE, request._C_DEPTH = saved
+
+
+@given(
+    value=json_values,
+    slice_=st.integers(1, 40),
+    probe=st.integers(1, 40),
+    c_depth=st.integers(0, 4),
+    indent=st.sampled_from([None, 0, 2]),
+)
+def test_sliced_decoding_agrees_with_json_loads(
+    value: Any, slice_: int, probe: int, c_depth: int, indent: int | None
+) -> None:
+    """Decoded in batches cut at verified separators, element by element, or walked into,
+    a value comes out as json.loads makes it, whatever the cuts."""
+    text = json.dumps(value, indent=indent)
+    with small_slices(slice_, probe, c_depth):
+        assert (json.loads(text), len(text)) == finish(decoding(text.encode()))
+
+
+@given(
+    value=json_values,
+    slice_=st.integers(1, 40),
+    c_depth=st.integers(0, 4),
+    at=st.integers(0, 10_000),
+    junk=st.sampled_from(["", ",", "]", "}", "[", "{", ":", "x", '"', "1", " ,"]),
+)
+def test_sliced_decoding_refuses_what_json_loads_refuses(
+    value: Any, slice_: int, c_depth: int, at: int, junk: str
+) -> None:
+    """With one stray character put anywhere, the sliced decoder refuses exactly what the
+    C decoder refuses, and otherwise decodes the same value."""
+    text = json.dumps(value)
+    at %= len(text) + 1
+    bad = text[:at] + junk + text[at:]
+    try:
+        expected = request._DECODERS[(False, True)].raw_decode(bad)[0]
+    except (ValueError, RecursionError):
+        with small_slices(slice_, slice_, c_depth), pytest.raises(Undecodable):
+            finish(decoding(bad.encode()))
+        return
+    with small_slices(slice_, slice_, c_depth):
+        got = finish(decoding(bad.encode()))[0]
+    if has_surrogate_escape(bad):
+        expected = request._replace_surrogates(expected)
+    assert expected == got
+
+
+def test_a_large_value_is_decoded_in_slices() -> None:
+    """A request of a few MiB is decoded by a generator that yields every SLICE or so of
+    work (the server runs one slice per turn of its loop), not in one call."""
+    data = b"[" + b"{}," * 400_000 + b"{}]"
+    steps = decoding(data)
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            value, _ = stop.value
+            break
+        yields += 1
+    assert [{}] * 400_001 == value
+    assert yields >= len(data) // request.SLICE // 2
 
 
 # --- decoding as Go's encoding/json does ----------------------------------------------------
@@ -300,6 +483,15 @@ def test_surrogate_escapes_decode_as_go_decodes_them(units: list[int]) -> None:
     assert (True, expected) == feed_all([f'"{escaped}"\n'.encode()])  # the one-chunk path
 
 
+def test_surrogates_are_replaced_in_members_kept_for_a_dataclass() -> None:
+    """Decoded for a dataclass (members kept in order, repeats too), keys and values,
+    nested ones included, get U+FFFD for a lone surrogate escape as well."""
+    data = b'{"a\\ud800": ["\\udc00", {"b": "\\ud800"}], "a\\ud800": "x\\udfff"}\n'
+    expected = [("a\ufffd", ["\ufffd", [("b", "\ufffd")]]), ("a\ufffd", "x\ufffd")]
+    assert (True, expected) == feed_all([data], pairs=True)  # one read
+    assert (True, expected) == feed_all([data[:9], data[9:]], pairs=True)  # framed
+
+
 def test_a_lone_surrogate_never_reaches_the_payload() -> None:
     """A lone surrogate escape becomes U+FFFD: the payload always encodes to UTF-8."""
     done, value = feed_all([b'{"repos": ["\\ud800", "a\\udfffb"], "note\\udc00": 1}\n'])
@@ -330,21 +522,42 @@ def test_numbers_out_of_range_for_their_field_are_undecodable() -> None:
     assert 0.0 == convert(feed_all([b'{"ratio": 1e-400}\n'])[1]).ratio  # underflow is zero
 
 
+def decoded(text: bytes) -> Payload:
+    """*text* decoded as the server decodes a request for ``payload_type=Payload``."""
+    done, value = feed_all([text, b"\n"], pairs=True)
+    assert done
+    result = dataclass_decoder(Payload)(value)
+    assert isinstance(result, Payload)
+    return result
+
+
 def test_of_two_keys_for_one_field_the_last_wins() -> None:
     """Keys that differ only in case name the same field; the last one wins, as in Go."""
-    convert = dataclass_decoder(Payload)
-
-    def decoded(text: bytes) -> Payload:
-        done, value = feed_all([text, b"\n"])
-        assert done
-        result = convert(value)
-        assert isinstance(result, Payload)
-        return result
-
     assert ["b"] == decoded(b'{"repos": ["a"], "REPOS": ["b"]}').repos
     assert ["a"] == decoded(b'{"REPOS": ["b"], "repos": ["a"]}').repos
     assert ["c"] == decoded(b'{"repos": ["a"], "Repos": ["b"], "repos": ["c"]}').repos
-    assert ["a"] == decoded(b'{"repos": ["a"], "REPOS": null}').repos  # null changes nothing
+
+
+def test_a_null_member_does_what_it_does_to_a_go_struct() -> None:
+    """Members apply in order, as Go fills a struct: null leaves a string, number, boolean
+    or struct field as it was ({"id":"a","id":null} keeps "a"), and empties a list, a map,
+    an optional or an Any field (Go sets the slice, map, pointer or interface to nil)."""
+    kept = decoded(
+        b'{"note": "a", "note": null, "count": 2, "count": null, "ratio": 2.5, "ratio": null,'
+        b' "flag": true, "flag": null, "inner": {"name": "x"}, "inner": null}'
+    )
+    assert ("a", 2, 2.5, True, Inner("x")) == (
+        kept.note,
+        kept.count,
+        kept.ratio,
+        kept.flag,
+        kept.inner,
+    )
+    emptied = decoded(
+        b'{"repos": ["a"], "REPOS": null, "env": {"K": "v"}, "env": null,'
+        b' "maybe": 5, "maybe": null, "anything": [1], "anything": null}'
+    )
+    assert ([], {}, None, None) == (emptied.repos, emptied.env, emptied.maybe, emptied.anything)
 
 
 def test_keys_fold_as_go_folds_them() -> None:

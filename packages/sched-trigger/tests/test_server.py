@@ -477,7 +477,7 @@ def test_the_server_documents_decoding_and_hooks() -> None:
         "keys matched ignoring case",
         "fields checked by type",
         "unknown keys ignored",
-        "``null`` leaving the default",
+        "members applied in order as Go fills a struct",
         "one hook at a time",
         "Undecodable requests",
         "logged whatever hooks are set, without the payload",

@@ -25,7 +25,14 @@ from ._errors import (
     Unreachable,
     final,
 )
-from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, Event, encode_payload
+from ._wire import (
+    EVENT_DONE,
+    EVENT_QUEUED,
+    EVENT_STARTED,
+    MAX_EVENT_LINE,
+    Event,
+    encode_payload,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,7 +76,7 @@ _RELAYED = (EVENT_QUEUED, EVENT_STARTED)
 #: The longest event line the clients accept, its newline included (64 KiB): the
 #: server's cap on what it sends (it cuts a longer run reason to fit, and says so),
 #: and the longest line Go's ``bufio.Scanner`` reads by default.
-LINE_LIMIT = 64 * 1024
+LINE_LIMIT = MAX_EVENT_LINE
 # The one connect failure worth retrying: a full accept backlog. Every other
 # (no file, a stale socket, a refused permission, not a socket) is final.
 _RETRY_CONNECT = (errno.EAGAIN, errno.EWOULDBLOCK)

@@ -38,6 +38,8 @@ def is_async(run: object) -> bool:
 
 
 def _checked(outcome: object) -> Outcome:
+    if outcome.__class__ is Outcome:
+        return outcome  # the common case, at once
     if inspect.iscoroutine(outcome):
         outcome.close()
         raise TypeError(
@@ -63,7 +65,8 @@ def run_jobs(queue: Queue[P], stop: threading.Event, *, run: SyncRun[P]) -> None
     starting; a job whose run raises is finished with ``panic: …`` and the
     exception propagates.
     """
-    for job in queue:
+    jobs = iter(queue)
+    while (job := next(jobs, None)) is not None:
         if stop.is_set():
             job.finish(Outcome(False, CANCELLED_REASON))
             continue
@@ -75,6 +78,9 @@ def run_jobs(queue: Queue[P], stop: threading.Event, *, run: SyncRun[P]) -> None
             job.finish(Outcome(False, _panic(exc), time.monotonic() - began))
             raise
         job.finish(outcome)
+        # Let go of it before waiting for the next one: the server frees a large
+        # payload a slice at a time on its loop, once nothing else holds it.
+        del job, outcome
 
 
 def _work(queue: Queue[P], executor: Executor[P], stop: threading.Event, *, track: bool) -> None:
@@ -214,6 +220,7 @@ async def execute(
                     job.finish(Outcome(False, _panic(exc), elapsed))
                 raise
             job.finish(outcome)
+            del job, outcome  # let go before waiting: see run_jobs
             if task is not None and task.cancelling():
                 # The run finished after (or swallowed) our cancellation: honour it
                 # now that the job has its true result.

@@ -167,7 +167,9 @@ class Job(Generic[P]):
             if self._outcome is not None:
                 raise RuntimeError("job already finished")
             self._started = True
-            listeners = self._changed()
+            if self._cond is not None:
+                self._cond.notify_all()
+            listeners = self._listeners[:]
         for listener in listeners:
             listener()
 
@@ -187,15 +189,11 @@ class Job(Generic[P]):
             if self._outcome is not None:
                 raise RuntimeError("job already finished")
             self._outcome = outcome
-            listeners = self._changed()
-            self._listeners = []
+            if self._cond is not None:
+                self._cond.notify_all()
+            listeners, self._listeners = self._listeners, []
         for listener in listeners:
             listener()
-
-    def _changed(self) -> list[Callable[[], object]]:
-        if self._cond is not None:
-            self._cond.notify_all()
-        return list(self._listeners)
 
     def _subscribe(self, listener: Callable[[], object]) -> None:
         """Call *listener* (in the changing thread) on every change, from now on.

@@ -40,6 +40,7 @@ __all__ = [
     "EVENT_QUEUED",
     "EVENT_STARTED",
     "GO_REPLACE",
+    "MAX_EVENT_LINE",
     "MAX_REQUEST_SIZE",
     "Event",
     "encode_event",
@@ -58,6 +59,9 @@ EVENT_QUEUED = "queued"
 EVENT_STARTED = "started"
 #: The request's final result; always the last event on a connection.
 EVENT_DONE = "done"
+#: The longest event line a daemon sends, its newline included: the server cuts a
+#: longer run reason to fit (saying so), and the clients accept lines this long.
+MAX_EVENT_LINE = 64 * 1024
 
 _GO_ESCAPES = {
     "<": "\\u003c",
