@@ -24,9 +24,9 @@ records the pid is left to the real-signal test below.
 from __future__ import annotations
 
 import contextlib
-import os
 import gc
 import json
+import os
 import signal
 import subprocess
 import sys
