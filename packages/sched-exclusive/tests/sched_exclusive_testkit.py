@@ -37,8 +37,6 @@ from sched_exclusive._backend import Backend, Change, Lease
 from sched_exclusive._files import parse_count
 from sched_lock import try_lock
 
-#: A libpq connection string to a database the tests may use, or unset.
-POSTGRES_DSN = os.environ.get("SCHED_TEST_POSTGRES", "")
 #: Set (by ``nox -s postgres`` and CI) when a missing server must fail, not skip.
 POSTGRES_REQUIRED = os.environ.get("SCHED_TEST_POSTGRES_REQUIRED") == "1"
 

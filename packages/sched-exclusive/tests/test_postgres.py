@@ -16,12 +16,10 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sched_exclusive_servers import PgBouncer, start_bouncer
 from sched_exclusive_testkit import (
     DEADLINE,
     Child,
@@ -458,79 +457,12 @@ def test_a_forked_child_never_releases_the_session_lock(pg: PgWorld, children: l
 # --- a real PgBouncer in front of the server ------------------------------------------
 
 
-def start_pgbouncer(
-    dsn: str, mode: str, pool_size: int = 20
-) -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start PgBouncer in ``mode`` (``pool_size`` server connections at most) in front
-    of the test server; return it, its connection string and its directory."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    binary = shutil.which("pgbouncer") or (
-        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
-    )
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("PgBouncer is not installed (.ci/run installs it)")
-        pytest.skip("PgBouncer is not installed")
-    params = conninfo_to_dict(dsn)
-    host = str(params.get("host", ""))
-    if not host.startswith("/"):
-        pytest.skip("the PgBouncer tests need the test server on a unix socket")
-    workdir = tempfile.mkdtemp(prefix="pgbouncer-")
-    port = 6400 + os.getpid() % 1000
-    user = str(params.get("user", "postgres"))
-    dbname = str(params.get("dbname", "postgres"))
-    Path(workdir, "users.txt").write_text(f'"{user}" ""\n')
-    Path(workdir, "pgbouncer.ini").write_text(
-        f"[databases]\n{dbname} = host={host} dbname={dbname} user={user}\n"
-        f"[pgbouncer]\nlisten_port = {port}\nunix_socket_dir = {workdir}\n"
-        f"auth_type = trust\nauth_file = {workdir}/users.txt\npool_mode = {mode}\n"
-        f"default_pool_size = {pool_size}\n"
-        f"logfile = {workdir}/log\npidfile = {workdir}/pid\n"
-    )
-    command = [binary, f"{workdir}/pgbouncer.ini"]
-    if os.geteuid() == 0:  # PgBouncer refuses to run as root
-        shutil.chown(workdir, "postgres")
-        for name in ("users.txt", "pgbouncer.ini"):
-            shutil.chown(Path(workdir, name), "postgres")
-        command = ["runuser", "-u", "postgres", "--", *command]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + DEADLINE
-    while not Path(workdir, f".s.PGSQL.{port}").exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            stderr = process.stderr.read() if process.stderr else b""
-            pytest.fail(f"PgBouncer did not start: {stderr!r}")
-        # sleep-ok: waiting for a daemon's socket to appear (bounded by the deadline)
-        time.sleep(0.01)
-    return process, f"host={workdir} port={port} user={user} dbname={dbname}", workdir
-
-
-def stop_pgbouncer(process: subprocess.Popen[bytes], workdir: str) -> None:
-    """Stop what :func:`start_pgbouncer` started (after this process's sessions)."""
-    close_postgres_sessions()
-    process.terminate()
-    process.wait(DEADLINE)
-    if process.stderr is not None:
-        process.stderr.close()
-    shutil.rmtree(workdir, ignore_errors=True)
-
-
-@pytest.fixture(params=["transaction", "session"])
-def pgbouncer(request: pytest.FixtureRequest, postgres_required: str) -> Iterator[tuple[str, str]]:
-    process, dsn, workdir = start_pgbouncer(postgres_required, request.param)
-    try:
-        yield request.param, dsn
-    finally:
-        stop_pgbouncer(process, workdir)
-
-
-def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> None:
-    """Behind PgBouncer in transaction mode, session locks mean nothing: the call is
-    refused with CoordinationError (outcome none) saying what to change, and nothing
-    runs. In session mode it works."""
-    mode, dsn = pgbouncer
-    ex = Exclusive.postgres(dsn, f"bouncer-{mode}")
+def test_a_transaction_pooling_proxy_is_refused(pgbouncer: PgBouncer) -> None:
+    """Behind PgBouncer in transaction (or statement) mode, session locks mean nothing:
+    the call is refused with CoordinationError (outcome none) saying what to change, and
+    nothing runs. In session mode it works."""
+    mode = pgbouncer.mode
+    ex = Exclusive.postgres(pgbouncer.dsn, f"bouncer-{mode}")
     if mode == "session":
         assert Outcome.RAN == ex.run(lambda: None)
         return
@@ -549,7 +481,8 @@ def test_a_refused_transaction_pooler_is_left_as_it_was(postgres_required: str) 
     library sets its statement timeout and keepalives only on a session it accepted)."""
     import psycopg
 
-    process, dsn, workdir = start_pgbouncer(postgres_required, "transaction", pool_size=1)
+    bouncer = start_bouncer(postgres_required, "transaction", pool_size=1)
+    dsn = bouncer.dsn
     try:
         name = f"bouncer-pinned-{os.getpid()}"
         with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as other:
@@ -566,7 +499,8 @@ def test_a_refused_transaction_pooler_is_left_as_it_was(postgres_required: str) 
                 "SELECT pg_advisory_unlock(%s)", (advisory_key(name),)
             ).fetchone()
     finally:
-        stop_pgbouncer(process, workdir)
+        close_postgres_sessions()
+        bouncer.stop()
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
