@@ -147,7 +147,7 @@ class Namespace:
 class Cluster:
     """A throw-away PostgreSQL cluster; :meth:`stop` removes it."""
 
-    def __init__(self, *, namespace: Namespace | None = None, port: int = 5432) -> None:
+    def __init__(self, *, namespace: Namespace | None = None, port: int = 5439) -> None:
         initdb, self._pg_ctl = postgres_tool("initdb"), postgres_tool("pg_ctl")
         if initdb is None or self._pg_ctl is None:
             raise FileNotFoundError(
