@@ -104,6 +104,17 @@ def postgres_required(postgres_server: str) -> str:
     return postgres_server
 
 
+@pytest.fixture
+def pg(postgres_required: str) -> Iterator[PgWorld]:
+    """A fresh job name in the test database."""
+    world = PgWorld(postgres_required)
+    try:
+        yield world
+    finally:
+        world.close()
+        close_postgres_sessions()
+
+
 @pytest.fixture(scope="module")
 def far_postgres() -> Iterator[Cluster]:
     """A cluster on the far side of a veth link, in a network namespace of its own:

@@ -7,16 +7,25 @@
   statements (the check and the release here, the acquire in
   :mod:`._postgres`); counter statements take a pooled session of their own,
   so no other call, thread or forked child ever speaks on it.
-* **Liveness.** While a lease is held, the session monitor (one thread per
-  process) watches its socket and checks the session every
-  :data:`SESSION_CHECK_INTERVAL` seconds; ``locked`` checks it once more
-  before each rerun. A loss sets the lease's ``lost_event``.
-* **Ownership.** In a process forked from the holder, releasing the lease
-  closes that process's copy of the socket without a word to the server
-  (:mod:`._pgsession`'s fork rule).
+* **Liveness, and the loss bound.** While a lease is held, the session
+  monitor (one thread per process) watches its socket and checks the session
+  every :data:`SESSION_CHECK_INTERVAL` seconds; ``locked`` checks it once
+  more before each rerun. A loss sets the lease's ``lost_event``. The checks
+  due together run together, one thread each, every one under the
+  statement's deadline (:data:`._pgsession.ANSWER_GRACE` past the statement
+  timeout): however many locks a process holds, a silent network is noticed
+  within ``SESSION_CHECK_INTERVAL + statement_timeout + ANSWER_GRACE``.
+* **Ownership.** In a process forked from the holder, the lease is the
+  parent's: its release abandons this process's copy of the session and its
+  check answers ``False``, at once, without taking the lease's turn (which a
+  check of the parent's may have held at the fork): :mod:`._pgsession`'s
+  fork rule.
 
-The check and the release run only in the session's own backend (``CASE WHEN
-pg_backend_pid() = …``): a transaction pooler's other backend is refused.
+The check and the release run only in the session's own backend, still
+carrying the session's mark (:data:`._pgsession.OURS`): a transaction
+pooler's other backend is refused, and the lock such a pooler stranded in
+the session's backend is freed by ending that backend, when it still holds
+the lock (a pooler's server connection that no client can reach any more).
 """
 
 from __future__ import annotations
@@ -32,7 +41,17 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from . import _pgsession
-from ._pgsession import POOLING_ADVICE, Session, execute, pooling_error
+from ._pgsession import (
+    OURS,
+    POOLING_ADVICE,
+    Session,
+    abandon,
+    elsewhere,
+    execute,
+    inherited,
+    pooling_error,
+    start_quietly,
+)
 
 if TYPE_CHECKING:
     from ._postgres import PostgresBackend
@@ -42,9 +61,12 @@ __all__ = ["SESSION_CHECK_INTERVAL", "PgLease", "watched_leases"]
 #: Seconds between two checks of a held session while the job runs.
 SESSION_CHECK_INTERVAL = 2.0
 
-_RELEASE = """SELECT CASE WHEN pg_backend_pid() = %(pid)s THEN pg_advisory_unlock(%(key)s) END,
-    pg_backend_pid()"""
-_CHECK = "SELECT pg_backend_pid()"
+_RELEASE = f"""SELECT CASE WHEN {OURS} THEN pg_advisory_unlock(%(key)s) END, pg_backend_pid()"""
+_CHECK = f"SELECT pg_backend_pid(), {OURS}"
+#: Ends the backend a transaction pooler left the lock in (only while it holds it).
+_FREE_STRANDED = """SELECT pg_terminate_backend(pid) FROM pg_locks
+WHERE locktype = 'advisory' AND pid = %(pid)s AND granted AND objsubid = 1
+    AND classid = %(high)s::bigint::oid AND objid = %(low)s::bigint::oid"""
 
 #: Guards the making of a lease's event against its being set meanwhile.
 _EVENT_LOCK = threading.Lock()
@@ -104,22 +126,37 @@ class PgLease:
         Returns:
             Whether the lock is still held; a failed check marks it lost.
         """
+        session = self._session
+        if session is None or inherited(session):
+            return False  # the fork rule: the parent's lock, checked by the parent
         with self._turn:
             session = self._session
             if session is None:
                 return False
             if self._lost_reason is None:
                 try:
-                    (pid,) = execute(session, self._backend.settings, _CHECK, (), doing)
+                    pid, ours = execute(
+                        session, self._backend.settings, _CHECK, session.identity, doing
+                    )
                 except OSError as exc:
                     self.lose(str(exc))
                 else:
-                    if pid != session.server_pid:
-                        self.lose(
-                            f"the session answered from PostgreSQL backend {pid}, not "
-                            f"{session.server_pid}: {POOLING_ADVICE}"
-                        )
+                    if not ours:
+                        self._free_stranded(session)
+                        self.lose(f"{elsewhere(session, pid)}: {POOLING_ADVICE}")
             return self._lost_reason is None
+
+    def _free_stranded(self, session: Session) -> None:
+        """A pooler moved ``session`` to another backend: end the one it left the lock
+        in, if it still holds it (nobody else could ever release it)."""
+        key = self._backend.key
+        params = {"pid": session.server_pid, "high": (key >> 32) & 0xFFFFFFFF}
+        params["low"] = key & 0xFFFFFFFF
+        with suppress(OSError):  # not permitted, or gone: the refusal says what to change
+            execute(
+                session, self._backend.settings, _FREE_STRANDED, params,
+                "ending the backend a pooler left the lock in", row=False,
+            )  # fmt: skip
 
     def lose(self, reason: str) -> None:
         """Mark the lock lost: end the session (so that no lock outlives it) and say so."""
@@ -168,12 +205,14 @@ class PgLease:
         session = self._session
         if session is None:
             return
+        if inherited(session):  # the fork rule: the parent's lock, released by the parent
+            self._session = None
+            abandon(session)
+            return
         pool = self._backend.pool
         try:
             _monitor().unwatch(self)
             with self._turn:
-                if session.owner != _pgsession.pid():
-                    return  # a forked process: closing gives up its copy only
                 if self._lost_reason is not None:
                     if not self._reported:
                         raise OSError(
@@ -188,7 +227,7 @@ class PgLease:
             self.close()  # unless given back above: the lock goes with the session
 
     def _release(self, session: Session) -> None:
-        params = {"pid": session.server_pid, "key": self._backend.key}
+        params = {**session.identity, "key": self._backend.key}
         try:
             released, pid = execute(
                 session, self._backend.settings, _RELEASE, params, "releasing the lock"
@@ -200,9 +239,8 @@ class PgLease:
                 f"(which releases it); the lock may have been lost during the run: {exc}",
             ) from exc
         if released is None:
-            raise pooling_error(
-                f"the release ran in PostgreSQL backend {pid}, not {session.server_pid}"
-            )
+            self._free_stranded(session)
+            raise pooling_error(f"releasing the lock: {elsewhere(session, pid)}")
         if released is not True:
             raise OSError(errno.ENOLCK, "the cycle lock was not held by its session at release")
 
@@ -256,7 +294,7 @@ class _Monitor:
                 self._thread = threading.Thread(
                     target=self._run, name="sched-exclusive-monitor", daemon=True
                 )
-                self._thread.start()
+                start_quietly(self._thread)
         if self._epoll is not None:
             with suppress(OSError):
                 self._epoll.register(fd, self._hangup)
@@ -331,21 +369,38 @@ class _Monitor:
             due = time.monotonic() >= next_check
             if due:
                 next_check = time.monotonic() + SESSION_CHECK_INTERVAL
-            for key, (ref, fd) in watched:
-                lease = ref()
-                if lease is not None and not (due or fd in hung_up):
-                    continue
-                try:
-                    held = lease is not None and lease.check()
-                except Exception as exc:  # the monitor must outlive any surprise
-                    lease.lose(f"the session check failed: {exc!r}")  # type: ignore[union-attr]
-                    held = False
-                if not held:  # lost, released meanwhile, or collected: watched no more
-                    with self._lock:
-                        entry = self._leases.get(key)
-                        if entry is not None and entry[0] is ref:
-                            self._drop(key)
-                del lease
+            checks = [
+                (key, ref) for key, (ref, fd) in watched if due or fd in hung_up or ref() is None
+            ]
+            # The loss bound: the checks due run at once, each under its own
+            # deadline, so the pass takes one deadline however many are due.
+            helpers = [
+                threading.Thread(
+                    target=self._check, args=check, name="sched-exclusive-check", daemon=True
+                )
+                for check in checks[1:]
+            ]
+            for helper in helpers:
+                start_quietly(helper)
+            if checks:
+                self._check(*checks[0])
+            for helper in helpers:
+                helper.join()
+
+    def _check(self, key: int, ref: weakref.ref[PgLease]) -> None:
+        """Check one watched lease; one lost, released or collected is watched no more."""
+        lease = ref()
+        try:
+            held = lease is not None and lease.check()
+        except Exception as exc:  # the monitor must outlive any surprise
+            lease.lose(f"the session check failed: {exc!r}")  # type: ignore[union-attr]
+            held = False
+        del lease
+        if not held:
+            with self._lock:
+                entry = self._leases.get(key)
+                if entry is not None and entry[0] is ref:
+                    self._drop(key)
 
 
 _STATE_LOCK = threading.Lock()

@@ -1,23 +1,38 @@
 """The process's pools of PostgreSQL sessions, and the pooler check.
 
 One pool per connection string (and timeouts), for this process: it lends
-each idle session to one user at a time, looks at one that rested a while
-before lending it again, and keeps at most :data:`_MAX_IDLE`.
+each idle session to one user at a time, looks at its socket before lending
+it again (an idle session the server ended has its goodbye waiting there),
+and keeps at most :data:`_MAX_IDLE`. A session the server ended in the
+instant between that look and its first statement fails with the server's
+word for it (:func:`._pgsession.ended_idle`): its user takes another, once.
 
 **The pooler check.** A transaction-pooling proxy runs one client session's
 statements in different server sessions, which breaks session locks. Each
 session learns its server backend's pid when it opens, before any setting
-is changed; two sessions of this process answering from one backend is
-refused with an error saying what to change, and so is the setup statement
-answering from another backend than the session's. (The lock statements
-themselves check the backend too: :mod:`._pglease`, :mod:`._postgres`.)
+is changed, and the mark (a random token) a former client of this library
+left in that server session, if any. It is refused, with an error saying
+what to change, when
+
+* the server session carries another client's mark: a pooler hands server
+  sessions from client to client without resetting them (transaction or
+  statement pooling, or session pooling with an empty
+  ``server_reset_query``, which also hands a dead holder's lock on);
+* another open session of this process answers from the same backend (its
+  socket not hung up: a backend that ended may lend its pid to a new one);
+* the setup statement answers from another backend than the session's.
+
+The lock statements check the backend and the mark too (:mod:`._pglease`,
+:mod:`._postgres`). The accounting of open sessions is the set of live
+session objects, so an interrupt that drops one leaves nothing stale.
 """
 
 from __future__ import annotations
 
 import atexit
+import select
 import threading
-import time
+import weakref
 
 import psycopg
 
@@ -28,7 +43,9 @@ from ._pgsession import (
     Session,
     Settings,
     abandon,
+    elsewhere,
     execute,
+    inherited,
     os_error,
     pooling_error,
 )
@@ -37,8 +54,8 @@ __all__ = ["Pool", "pool", "pool_for"]
 
 #: Idle sessions the pool keeps per connection string.
 _MAX_IDLE = 4
-#: Seconds an idle session may rest before it is looked at before a loan.
-_LOOK_AFTER = 1.0
+#: A hang-up on a session's socket: the server (or a proxy) closed its end.
+_HUNG_UP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 
 
 class Pool:
@@ -48,13 +65,17 @@ class Pool:
         self.settings = settings
         self._lock = threading.Lock()
         self._idle: list[Session] = []
-        self._open: dict[int, int] = {}  # server backend pid -> open sessions answering from it
-        self._verified = False
+        self._open: weakref.WeakSet[Session] = weakref.WeakSet()  # this process's, not closed
 
     def idle_server_pids(self) -> list[int]:
         """The server backend pids of the idle sessions (for status and tests)."""
         with self._lock:
             return [session.server_pid for session in self._idle]
+
+    def open_server_pids(self) -> list[int]:
+        """The server backend pids of this process's open sessions (for tests)."""
+        with self._lock:
+            return sorted(s.server_pid for s in self._open if not s.closed)
 
     def take(self) -> Session:
         while True:
@@ -62,18 +83,13 @@ class Pool:
                 session = self._idle.pop() if self._idle else None
             if session is None:
                 return self._open_session()
-            # A session idle for a while may have been ended by the server
-            # meanwhile; one lent back a moment ago is as good as it was.
-            if session.usable(look=time.monotonic() - session.idle_since > _LOOK_AFTER):
+            if session.usable():  # nothing unread: no goodbye from the server
+                session.lent_idle = True
                 return session
             self.discard(session)
 
     def give(self, session: Session) -> None:
-        if session.owner != _pgsession.pid():
-            session.close()
-            return
-        if not (session.aborted or session.closed or session.conn.closed):
-            session.idle_since = time.monotonic()
+        if not (session.aborted or session.closed or session.conn.closed or inherited(session)):
             with self._lock:
                 if len(self._idle) < _MAX_IDLE:
                     self._idle.append(session)
@@ -82,15 +98,6 @@ class Pool:
 
     def discard(self, session: Session) -> None:
         """Close ``session`` (any number of times: it is closed once)."""
-        if session.closed:
-            return
-        if session.owner == _pgsession.pid():
-            with self._lock:
-                left = self._open.get(session.server_pid, 0) - 1
-                if left > 0:
-                    self._open[session.server_pid] = left
-                else:
-                    self._open.pop(session.server_pid, None)
         session.close()
 
     def close_idle(self) -> None:
@@ -104,53 +111,91 @@ class Pool:
         closed once, without a word) and start afresh with this process's own."""
         self._lock = threading.Lock()
         idle, self._idle = self._idle, []
-        self._open = {}
-        self._verified = False
+        self._open = weakref.WeakSet()
         for session in idle:
             abandon(session)
 
-    def _open_session(self) -> Session:
-        session = self._connect()
+    def _sharing(self, session: Session) -> bool:
+        """Whether another open session of this process answers from ``session``'s
+        backend (under the lock)."""
+        return any(
+            other is not session
+            and other.server_pid == session.server_pid
+            and not inherited(other)
+            and other.usable(_HUNG_UP)
+            for other in list(self._open)
+        )
+
+    def _open_session(self, *, prove: bool = True) -> Session:
+        session, prior = self._connect()
         with self._lock:
-            shared = session.server_pid in self._open
-            self._open[session.server_pid] = self._open.get(session.server_pid, 0) + 1
-            verify = not self._verified and not shared
-            if verify:
-                self._verified = True
-        if shared:
-            self.discard(session)
-            raise pooling_error(
-                f"two connections of this process answer from one PostgreSQL backend "
-                f"(pid {session.server_pid})"
-            )
+            shared = self._sharing(session)
+            self._open.add(session)
+        witness: Session | None = None
         try:
-            if verify:
-                # A pooler that hands one backend to every client shows itself
-                # when a second connection opens while the first is open.
-                try:
-                    witness = self._open_session()
-                except BaseException:
-                    with self._lock:
-                        self._verified = False
-                    raise
-                self.give(witness)
+            if prior:
+                raise pooling_error(
+                    f"PostgreSQL backend {session.server_pid} still carries the mark of "
+                    "another client of this library: a pooler hands server sessions on "
+                    "without resetting them (PgBouncer in transaction or statement mode, "
+                    "or in session mode with an empty server_reset_query, which also hands "
+                    "a dead holder's lock to the next client)"
+                )
+            if shared:
+                raise pooling_error(
+                    f"two connections of this process answer from one PostgreSQL backend "
+                    f"(pid {session.server_pid})"
+                )
+            if prove:
+                # A pooler that lends a released backend to the next client shows
+                # itself when another connection opens while this one rests.
+                with self._lock:
+                    witness = self._idle.pop() if self._idle else None
+                if witness is None or not witness.usable():
+                    if witness is not None:
+                        self.discard(witness)
+                    witness = self._open_session(prove=False)
             # Only now, the session's settings: never on a pooler's backend
             # that the checks above refused.
-            row = execute(
-                session, self.settings, SETUP, self.settings.setup_params, "setting up",
-                prepare=False,
-            )  # fmt: skip
+            params = {**self.settings.setup_params, "token": session.token}
+            row = execute(session, self.settings, SETUP, params, "setting up", prepare=False)
             if row[0] != session.server_pid:
                 raise pooling_error(
                     f"a statement of one session ran in PostgreSQL backend {row[0]}, "
                     f"not {session.server_pid}"
                 )
+            if witness is not None:
+                self._prove(session, witness)
         except BaseException:
             self.discard(session)
+            if witness is not None:
+                self.discard(witness)
             raise
+        if witness is not None:
+            self.give(witness)
         return session
 
-    def _connect(self) -> Session:
+    def _prove(self, session: Session, witness: Session) -> None:
+        """Show that ``session`` keeps its backend while another connection of this
+        process holds one: the witness opens a transaction (which pins it to a server
+        session even behind a transaction pooler, which would lend it the backend
+        ``session`` just released), then each must answer from its own backend,
+        carrying its own mark."""
+        settings = self.settings
+        try:
+            execute(witness, settings, "BEGIN", (), "proving the session", prepare=False, row=False)
+        except OSError as exc:
+            if "pooling mode" in str(exc):  # PgBouncer in statement mode refuses it
+                raise pooling_error(str(exc)) from exc
+            raise
+        for each in (witness, session):
+            pid, token = execute(each, settings, IDENTIFY, (), "proving the session", prepare=False)
+            if (pid, token) != (each.server_pid, each.token):
+                raise pooling_error(elsewhere(each, pid))
+        execute(witness, settings, "ROLLBACK", (), "proving the session", prepare=False, row=False)
+
+    def _connect(self) -> tuple[Session, str | None]:
+        """A new connection, and the mark a former client left in its server session."""
         settings = self.settings
         try:
             conn = psycopg.connect(
@@ -171,7 +216,7 @@ class Pool:
             session.close()
             raise
         session.server_pid = int(row[0])
-        return session
+        return session, row[1]
 
 
 _STATE_LOCK = threading.Lock()

@@ -10,12 +10,20 @@ libpq connection lent to one user at a time (by :mod:`._pgpool`), and
   call in bounded time.
 * **Errors.** A psycopg failure becomes the backend seam's :class:`OSError`,
   keeping its text (``errno.ETIMEDOUT`` for a timeout).
-* **The fork rule.** A session belongs to the process that opened it. In a
-  process forked from it, the session is abandoned: this process's copy of
-  its socket is closed, once, without a word to the server (that would end
-  the parent's session), and nothing the parent's threads may have held
-  (locks, threads, descriptors) is used again. :func:`after_fork` registers
-  what each module drops; the one hook below runs them all.
+* **The fork rule.** A session belongs to the process that opened it
+  (:func:`inherited` says whether it does). In a process forked from it,
+  whatever meets an inherited session abandons it at once (:func:`abandon`:
+  this process's copy of its socket closed, once, without a word to the
+  server, which would end the parent's session) and takes no lock on the
+  way: a lock the parent's threads held at the fork (a lease's turn, a
+  pool's, the monitor's) stays held in the child for ever. Everything else
+  of the parent's (threads, locks, descriptors, the pools' idle sessions)
+  is dropped by the one at-fork hook below, which runs what each module
+  registered with :func:`after_fork`.
+* **Threads.** Every helper thread (deadlines, the monitor, its checks, the
+  asyncio driver's workers) starts with every signal blocked
+  (:func:`start_quietly`), so a signal sent to the process always reaches
+  the thread that handles it.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ from __future__ import annotations
 import errno
 import math
 import os
+import secrets
 import select
+import signal
 import socket
 import threading
 import time
@@ -38,18 +48,24 @@ from psycopg.conninfo import conninfo_to_dict
 
 __all__ = [
     "ANSWER_GRACE",
+    "CLIENT_SETTING",
     "IDENTIFY",
     "KEEPALIVES",
+    "OURS",
     "POOLING_ADVICE",
     "SETUP",
     "Session",
     "Settings",
     "abandon",
     "after_fork",
+    "elsewhere",
+    "ended_idle",
     "execute",
+    "inherited",
     "os_error",
     "pid",
     "pooling_error",
+    "start_quietly",
     "under_deadline",
 ]
 
@@ -65,13 +81,28 @@ KEEPALIVES = {
     "tcp_user_timeout": "25000",
 }
 
-IDENTIFY = "SELECT pg_backend_pid()"
-SETUP = """SELECT pg_backend_pid(),
+#: The session setting that marks a server session as one client session's:
+#: a random token, set up once; a pooler that hands server sessions to other
+#: clients without resetting them shows it to them (see :mod:`._pgpool`).
+CLIENT_SETTING = "sched_exclusive.client"
+#: The server session's backend and the token a former client left in it
+#: (``NULL`` in a new session, ``''`` in one a pooler reset).
+IDENTIFY = f"SELECT pg_backend_pid(), current_setting('{CLIENT_SETTING}', true)"
+#: A session's settings: its token, the statement timeout, the keepalives,
+#: and no idle-session timeout (PostgreSQL 14 and later): a holder's session
+#: rests idle for the whole job, and must not be ended for it.
+SETUP = f"""SELECT pg_backend_pid(),
+    set_config('{CLIENT_SETTING}', %(token)s, false),
     set_config('statement_timeout', %(statement_ms)s, false),
     set_config('tcp_keepalives_idle', %(idle)s, false),
     set_config('tcp_keepalives_interval', %(interval)s, false),
     set_config('tcp_keepalives_count', %(count)s, false),
-    set_config('tcp_user_timeout', %(user_timeout)s, false)"""
+    set_config('tcp_user_timeout', %(user_timeout)s, false),
+    CASE WHEN current_setting('server_version_num')::int >= 140000
+        THEN set_config('idle_session_timeout', '0', false) END"""
+#: A lock statement runs only where its session's lock lives: in the
+#: session's own backend, still carrying the session's token.
+OURS = f"pg_backend_pid() = %(pid)s AND current_setting('{CLIENT_SETTING}', true) = %(token)s"
 
 _T = TypeVar("_T")
 
@@ -88,6 +119,26 @@ def pooling_error(detail: str) -> OSError:
     return OSError(errno.EPROTO, f"{detail}: {POOLING_ADVICE}")
 
 
+#: Errors only a pooler that mixes client sessions on one server session
+#: causes: a prepared statement of this connection's missing, or another's
+#: name already taken.
+_POOLER_SIGNS = (pg_errors.DuplicatePreparedStatement, pg_errors.InvalidSqlStatementName)
+#: What the server says when it ends a session that was idle (or aborts the
+#: statement it ran, uncommitted): terminated, shut down, crashed, idle too long.
+_ENDED = (pg_errors.AdminShutdown, pg_errors.CrashShutdown, pg_errors.IdleSessionTimeout)
+
+
+def start_quietly(thread: threading.Thread) -> None:
+    """Start a helper ``thread`` with every signal blocked in it (a new thread takes
+    its creator's mask), so that the kernel never picks it to deliver a signal sent
+    to the process while the thread that handles it sleeps in a system call."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 #: This process's id (kept current across forks by the hook below).
 _PID = os.getpid()
 #: What each module drops in a forked child, in registration order.
@@ -97,6 +148,23 @@ _RESETS: list[Callable[[], None]] = []
 def pid() -> int:
     """This process's id."""
     return _PID
+
+
+def elsewhere(session: Session, pid: int) -> str:
+    """What it means that a statement of ``session`` answered from backend ``pid``
+    without the session's mark (a pooler at work)."""
+    if pid == session.server_pid:
+        return (
+            f"a statement of one session ran in its PostgreSQL backend {pid}, which "
+            "another client's session has used meanwhile"
+        )
+    return f"a statement of one session ran in PostgreSQL backend {pid}, not {session.server_pid}"
+
+
+def inherited(session: Session) -> bool:
+    """The fork rule: whether ``session`` is another process's (this one was forked
+    from its owner). Whoever finds it so abandons it and returns, taking no lock."""
+    return session.owner != _PID
 
 
 def after_fork(reset: Callable[[], None]) -> None:
@@ -152,7 +220,16 @@ class Settings:
 class Session:
     """One connection, lent to one user at a time."""
 
-    __slots__ = ("aborted", "closed", "conn", "idle_since", "owner", "server_pid")
+    __slots__ = (
+        "__weakref__",
+        "aborted",
+        "closed",
+        "conn",
+        "lent_idle",
+        "owner",
+        "server_pid",
+        "token",
+    )
 
     def __init__(self, conn: psycopg.Connection[Any], server_pid: int) -> None:
         self.conn = conn
@@ -160,7 +237,15 @@ class Session:
         self.owner = _PID
         self.aborted = False
         self.closed = False  # closed (or abandoned) by this library: never again
-        self.idle_since = 0.0
+        #: Lent from the idle ones, and no statement answered since.
+        self.lent_idle = False
+        #: This client session's mark in its server session (see CLIENT_SETTING).
+        self.token = secrets.token_hex(8)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The parameters of :data:`OURS` for this session."""
+        return {"pid": self.server_pid, "token": self.token}
 
     def fileno(self) -> int | None:
         """The socket's descriptor, or ``None`` once the connection is closed."""
@@ -179,18 +264,19 @@ class Session:
             with suppress(OSError), socket.socket(fileno=os.dup(fd)) as dup:
                 dup.shutdown(socket.SHUT_RDWR)
 
-    def usable(self, *, look: bool = False) -> bool:
-        """Whether an idle session can be lent again: not closed, and (with
-        ``look``) nothing unread on its socket, which for an idle session is the
-        server's goodbye (a restart, ``pg_terminate_backend``)."""
+    def usable(self, events: int = select.POLLIN) -> bool:
+        """Whether the session is open and none of ``events`` is pending on its
+        socket. For an idle session anything readable is the server's goodbye (a
+        restart, ``pg_terminate_backend``); for a busy one, a hang-up is
+        (``POLLRDHUP``: the server closed its end)."""
         if self.aborted or self.closed or self.conn.closed or self.conn.broken:
             return False
         fd = self.fileno()
-        if not look or fd is None:
-            return fd is not None
+        if fd is None:
+            return False
         try:
             poll = select.poll()
-            poll.register(fd, select.POLLIN)
+            poll.register(fd, events)
             return not poll.poll(0)
         except (OSError, ValueError):
             return False
@@ -198,12 +284,11 @@ class Session:
     def close(self) -> None:
         """Close it, once: the server ends the session, and any lock it held.
 
-        In a process forked from its owner, close only this process's copy of
-        the socket, without a word (the session stays the owner's).
+        An inherited session (the fork rule) is abandoned instead.
         """
         if self.closed:
             return
-        if self.owner != _PID:
+        if inherited(self):
             abandon(self)
             return
         self.closed = True
@@ -251,7 +336,7 @@ class _Deadlines:
                 self._thread = threading.Thread(
                     target=self._run, name="sched-exclusive-deadlines", daemon=True
                 )
-                self._thread.start()
+                start_quietly(self._thread)
             elif deadline < self._wake_at:
                 self._cond.notify()
         return token
@@ -294,8 +379,17 @@ def _deadlines() -> _Deadlines:
         return _DEADLINES
 
 
+def ended_idle(session: Session, exc: OSError) -> bool:
+    """Whether ``exc``, from the first statement on ``session`` since it was lent
+    from the idle ones, says the server had ended the session (so the statement did
+    not run, or ran uncommitted): the call may go on, once, on another session."""
+    return session.lent_idle and isinstance(exc.__cause__, _ENDED)
+
+
 def os_error(exc: BaseException, settings: Settings, doing: str) -> OSError:
     """Translate a psycopg failure into the seam's OSError, keeping its text."""
+    if isinstance(exc, _POOLER_SIGNS):
+        return pooling_error(f"PostgreSQL failed ({doing}): {str(exc).strip()}")
     if isinstance(exc, pg_errors.QueryCanceled):
         return OSError(
             errno.ETIMEDOUT,
@@ -363,6 +457,7 @@ def execute(
         return None if found is None else tuple(found)
 
     answer = under_deadline(session, settings, doing, talk)
+    session.lent_idle = False
     if answer is None:
         raise OSError(errno.ENODATA, f"PostgreSQL returned no row ({doing})")
     return answer

@@ -36,7 +36,15 @@ from ._advisory import advisory_key
 from ._backend import Change
 from ._pglease import PgLease
 from ._pgpool import Pool
-from ._pgsession import Session, execute, pooling_error, under_deadline
+from ._pgsession import (
+    OURS,
+    Session,
+    elsewhere,
+    ended_idle,
+    execute,
+    pooling_error,
+    under_deadline,
+)
 
 __all__ = ["TABLE", "PostgresBackend", "init_table"]
 
@@ -61,7 +69,7 @@ _ENSURE_ROW = f"INSERT INTO {TABLE} (name) VALUES (%s) ON CONFLICT (name) DO NOT
 #: session's, or in one that holds the lock already (re-entrant: another
 #: client's, behind a transaction pooler); ``held_here`` tells which.
 _ACQUIRE = f"""WITH here AS (
-    SELECT pg_backend_pid() = %(pid)s AS ours, EXISTS (
+    SELECT {OURS} AS ours, EXISTS (
         SELECT FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
             AND granted AND objsubid = 1
             AND classid = %(high)s::bigint::oid AND objid = %(low)s::bigint::oid
@@ -163,43 +171,52 @@ class PostgresBackend:
         """One counter statement on a pooled session (never a held one: that one
         serves only its lease's lock statements, whichever thread, task or forked
         child asks); ``None`` when the row is missing."""
-        session = self.pool.take()
-        try:
-            row = self._statement(session, query, params, doing)
-        except BaseException:
-            self.pool.discard(session)
-            raise
-        self.pool.give(session)
-        return row
+        while True:
+            session = self.pool.take()
+            try:
+                row = self._statement(session, query, params, doing)
+            except OSError as exc:
+                self.pool.discard(session)
+                if ended_idle(session, exc):
+                    continue  # ended while idle: the statement did not run
+                raise
+            except BaseException:
+                self.pool.discard(session)
+                raise
+            self.pool.give(session)
+            return row
 
     def try_acquire(self) -> PgLease | None:
-        session = self.pool.take()
-        lease = PgLease(self, session)  # owns the session before the lock statement runs
-        try:
-            params = {
-                **self._acquire_params,
-                "pid": session.server_pid,
-                "client_pid": _pgsession.pid(),
-            }
-            row = self._statement(session, _ACQUIRE, params, "taking the lock")
-            won, pid, held_here = row or (None, None, None)
-            if won is None:
-                raise pooling_error(
-                    f"the lock is already held by PostgreSQL backend {pid}, which answered "
-                    f"this session's statement: another client's session, through the same "
-                    f"server connection"
-                    if held_here
-                    else f"a statement of one session ran in PostgreSQL backend {pid}, "
-                    f"not {session.server_pid}"
-                )
-            if won:
-                lease.hold()
-                return lease
-            lease.give_back()
-            return None
-        except BaseException:
-            lease.close()  # the lock may have been taken: closing releases it
-            raise
+        while True:
+            session = self.pool.take()
+            lease = PgLease(self, session)  # owns the session before the lock statement runs
+            try:
+                return self._acquire(lease, session)
+            except OSError as exc:
+                lease.close()  # the lock may have been taken: closing releases it
+                if not ended_idle(session, exc):
+                    raise
+            except BaseException:
+                lease.close()
+                raise
+
+    def _acquire(self, lease: PgLease, session: Session) -> PgLease | None:
+        params = {**self._acquire_params, **session.identity, "client_pid": _pgsession.pid()}
+        row = self._statement(session, _ACQUIRE, params, "taking the lock")
+        won, pid, held_here = row or (None, None, None)
+        if won is None:
+            raise pooling_error(
+                f"the lock is already held by PostgreSQL backend {pid}, which answered "
+                f"this session's statement: another client's session, through the same "
+                f"server connection"
+                if held_here
+                else elsewhere(session, pid)
+            )
+        if won:
+            lease.hold()
+            return lease
+        lease.give_back()
+        return None
 
     def read_counter(self) -> int:
         row = self._run(_READ, (self.name,), "reading the counter")
