@@ -224,9 +224,9 @@ def close_postgres_sessions() -> None:
 
 def watched_leases() -> int:
     """How many held leases this process's session monitor watches."""
-    from sched_exclusive import _pglease
+    from sched_exclusive import _pgmonitor
 
-    return _pglease.watched_leases()
+    return _pgmonitor.watched_leases()
 
 
 DEADLINE = 30.0

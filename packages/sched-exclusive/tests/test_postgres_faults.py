@@ -20,7 +20,7 @@ from sched_exclusive_servers import Cluster, holder_backend, local_backend, star
 from sched_exclusive_testkit import DEADLINE, Child, PgWorld, close_postgres_sessions
 
 from sched_exclusive import CoordinationError, Exclusive, Outcome, advisory_key, lock_lost
-from sched_exclusive._pglease import SESSION_CHECK_INTERVAL
+from sched_exclusive._pgmonitor import SESSION_CHECK_INTERVAL
 from sched_exclusive._pgsession import ANSWER_GRACE
 
 # --- item 1: the loss bound does not grow with the locks a process holds --------------

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import _pgsession
+from . import _pgprocess
 
 __all__ = ["MAX_WORKERS", "submit"]
 
@@ -62,4 +62,4 @@ def _after_fork() -> None:
     _EXECUTOR = None  # the parent's threads are not this process's
 
 
-_pgsession.after_fork(_after_fork)
+_pgprocess.after_fork(_after_fork)

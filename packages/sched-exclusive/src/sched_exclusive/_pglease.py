@@ -7,14 +7,10 @@
   statements (the check and the release here, the acquire in
   :mod:`._postgres`); counter statements take a pooled session of their own,
   so no other call, thread or forked child ever speaks on it.
-* **Liveness, and the loss bound.** While a lease is held, the session
-  monitor (one thread per process) watches its socket and checks the session
-  every :data:`SESSION_CHECK_INTERVAL` seconds; ``locked`` checks it once
-  more before each rerun. A loss sets the lease's ``lost_event``. The checks
-  due together run together, one thread each, every one under the
-  statement's deadline (:data:`._pgsession.ANSWER_GRACE` past the statement
-  timeout): however many locks a process holds, a silent network is noticed
-  within ``SESSION_CHECK_INTERVAL + statement_timeout + ANSWER_GRACE``.
+* **Liveness.** While a lease is held, the session monitor
+  (:mod:`._pgmonitor`, which holds the loss bound) watches its socket and
+  checks the session every 2 seconds; ``locked`` checks it once more before
+  each rerun. A loss sets the lease's ``lost_event``.
 * **Ownership.** In a process forked from the holder, the lease is the
   parent's: its release abandons this process's copy of the session and its
   check answers ``False``, at once, without taking the lease's turn (which a
@@ -31,35 +27,20 @@ the lock (a pooler's server connection that no client can reach any more).
 from __future__ import annotations
 
 import errno
-import os
-import select
 import threading
-import time
 import typing
-import weakref
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from . import _pgsession
-from ._pgsession import (
-    OURS,
-    POOLING_ADVICE,
-    Session,
-    abandon,
-    elsewhere,
-    execute,
-    inherited,
-    pooling_error,
-    start_quietly,
-)
+from . import _pgprocess
+from ._pgmonitor import monitor
+from ._pgprocess import abandon, inherited
+from ._pgsession import OURS, POOLING_ADVICE, Session, elsewhere, execute, pooling_error
 
 if TYPE_CHECKING:
     from ._postgres import PostgresBackend
 
-__all__ = ["SESSION_CHECK_INTERVAL", "PgLease", "watched_leases"]
-
-#: Seconds between two checks of a held session while the job runs.
-SESSION_CHECK_INTERVAL = 2.0
+__all__ = ["PgLease"]
 
 _RELEASE = f"""SELECT CASE WHEN {OURS} THEN pg_advisory_unlock(%(key)s) END, pg_backend_pid()"""
 _CHECK = f"SELECT pg_backend_pid(), {OURS}"
@@ -176,7 +157,7 @@ class PgLease:
         session = self._session
         fd = None if session is None else session.fileno()
         if fd is not None:
-            _monitor().watch(self, fd)
+            monitor().watch(self, fd)
 
     def give_back(self) -> None:
         """The lock statement lost: the session goes back to the pool, unused."""
@@ -211,7 +192,7 @@ class PgLease:
             return
         pool = self._backend.pool
         try:
-            _monitor().unwatch(self)
+            monitor().unwatch(self)
             with self._turn:
                 if self._lost_reason is not None:
                     if not self._reported:
@@ -252,185 +233,9 @@ class PgLease:
                 self._backend.pool.discard(session)  # closing releases the lock
 
 
-class _Monitor:
-    """Watches the sessions of held leases: their sockets closing, and a periodic check.
-
-    One thread per process, started with the first lease. On Linux each held
-    session's socket is registered for hang-up only (``EPOLLRDHUP``), by the
-    holder itself, so the server's goodbye (``pg_terminate_backend``, a
-    restart, a reset) wakes the thread at once while answers to the rules'
-    own statements never do. Every :data:`SESSION_CHECK_INTERVAL` seconds the
-    thread checks each held session with a statement, which also catches a
-    silent network under the deadline. A lease is watched by its identity and
-    weakly (a dropped lease is collected, and its finalizer releases the
-    lock), with the descriptor registered when the watch began; a lost lease
-    is watched no more. The thread sleeps for good once nothing has been held
-    for two intervals.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # id(lease) -> (the lease, weakly; the descriptor registered for it)
-        self._leases: dict[int, tuple[weakref.ref[PgLease], int]] = {}
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._epoll = select.epoll() if hasattr(select, "epoll") else None
-        self._hangup = getattr(select, "EPOLLRDHUP", 0) | getattr(select, "EPOLLHUP", 0)
-        self._idle = True  # the thread sleeps without a timeout
-        self._thread: threading.Thread | None = None
-
-    def watching(self) -> int:
-        """How many held leases are watched."""
-        with self._lock:
-            return sum(ref() is not None for ref, _ in self._leases.values())
-
-    def watch(self, lease: PgLease, fd: int) -> None:
-        with self._lock:
-            self._leases[id(lease)] = (weakref.ref(lease), fd)
-            wake = self._idle
-            self._idle = False
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="sched-exclusive-monitor", daemon=True
-                )
-                start_quietly(self._thread)
-        if self._epoll is not None:
-            with suppress(OSError):
-                self._epoll.register(fd, self._hangup)
-        if wake:
-            with suppress(BlockingIOError):
-                os.write(self._wake_w, b"\0")
-
-    def unwatch(self, lease: PgLease) -> None:
-        with self._lock:
-            entry = self._leases.get(id(lease))
-            if entry is None or entry[0]() is not lease:
-                return
-            self._drop(id(lease))
-
-    def _drop(self, key: int) -> None:
-        """Forget one entry (under the lock); its descriptor's registration goes
-        too, unless another watched lease's socket has that number now."""
-        _, fd = self._leases.pop(key)
-        # A comprehension, not a generator: a short-circuited generator is
-        # closed where CPython swallows what a signal handler raises.
-        if self._epoll is not None and fd not in {other for _, other in self._leases.values()}:
-            with suppress(OSError):
-                self._epoll.unregister(fd)
-
-    def forget(self) -> None:
-        """Close this process's copy of the parent's descriptors (after a fork)."""
-        for fd in (self._wake_r, self._wake_w):
-            with suppress(OSError):
-                os.close(fd)
-        if self._epoll is not None:
-            with suppress(OSError):
-                self._epoll.close()
-
-    def _wait(self, timeout: float | None) -> list[int]:
-        """The descriptors that woke the thread (the wake pipe drained)."""
-        if self._epoll is not None:
-            if timeout is None:
-                self._epoll.register(self._wake_r, select.EPOLLIN)
-            try:
-                ready = [fd for fd, _ in self._epoll.poll(-1 if timeout is None else timeout)]
-            finally:
-                if timeout is None:
-                    with suppress(OSError):
-                        self._epoll.unregister(self._wake_r)
-        else:
-            ready, _, _ = select.select([self._wake_r], [], [], timeout)
-        if self._wake_r in ready:
-            with suppress(BlockingIOError):
-                os.read(self._wake_r, 4096)
-        return [fd for fd in ready if fd != self._wake_r]
-
-    def _run(self) -> None:
-        quiet_since: float | None = None
-        next_check = time.monotonic() + SESSION_CHECK_INTERVAL
-        while True:
-            now = time.monotonic()
-            with self._lock:
-                held = bool(self._leases)
-                if held:
-                    quiet_since = None
-                elif quiet_since is None:
-                    quiet_since = now
-                linger = quiet_since is not None and now - quiet_since > 2 * SESSION_CHECK_INTERVAL
-                self._idle = linger
-            if linger:
-                hung_up = self._wait(None)  # nothing held for a while: sleep until a watch
-                next_check = time.monotonic() + SESSION_CHECK_INTERVAL
-            else:
-                hung_up = self._wait(max(next_check - now, 0.0))
-            with self._lock:
-                watched = list(self._leases.items())
-            due = time.monotonic() >= next_check
-            if due:
-                next_check = time.monotonic() + SESSION_CHECK_INTERVAL
-            checks = [
-                (key, ref) for key, (ref, fd) in watched if due or fd in hung_up or ref() is None
-            ]
-            # The loss bound: the checks due run at once, each under its own
-            # deadline, so the pass takes one deadline however many are due.
-            helpers = [
-                threading.Thread(
-                    target=self._check, args=check, name="sched-exclusive-check", daemon=True
-                )
-                for check in checks[1:]
-            ]
-            for helper in helpers:
-                start_quietly(helper)
-            if checks:
-                self._check(*checks[0])
-            for helper in helpers:
-                helper.join()
-
-    def _check(self, key: int, ref: weakref.ref[PgLease]) -> None:
-        """Check one watched lease; one lost, released or collected is watched no more."""
-        lease = ref()
-        try:
-            held = lease is not None and lease.check()
-        except Exception as exc:  # the monitor must outlive any surprise
-            lease.lose(f"the session check failed: {exc!r}")  # type: ignore[union-attr]
-            held = False
-        del lease
-        if not held:
-            with self._lock:
-                entry = self._leases.get(key)
-                if entry is not None and entry[0] is ref:
-                    self._drop(key)
-
-
-_STATE_LOCK = threading.Lock()
-_MONITOR: _Monitor | None = None
-
-
-def _monitor() -> _Monitor:
-    global _MONITOR
-    monitor = _MONITOR
-    if monitor is not None:
-        return monitor
-    with _STATE_LOCK:
-        if _MONITOR is None:
-            _MONITOR = _Monitor()
-        return _MONITOR
-
-
-def watched_leases() -> int:
-    """How many held leases this process's session monitor watches (for tests)."""
-    monitor = _MONITOR
-    return 0 if monitor is None else monitor.watching()
-
-
 def _after_fork() -> None:
-    global _STATE_LOCK, _EVENT_LOCK, _MONITOR
-    _STATE_LOCK = threading.Lock()
+    global _EVENT_LOCK
     _EVENT_LOCK = threading.Lock()
-    if _MONITOR is not None:
-        _MONITOR.forget()
-    _MONITOR = None
 
 
-_pgsession.after_fork(_after_fork)
+_pgprocess.after_fork(_after_fork)

@@ -36,16 +36,15 @@ import weakref
 
 import psycopg
 
-from . import _pgsession
+from . import _pgprocess
+from ._pgprocess import abandon, inherited
 from ._pgsession import (
     IDENTIFY,
     SETUP,
     Session,
     Settings,
-    abandon,
     elsewhere,
     execute,
-    inherited,
     os_error,
     pooling_error,
 )
@@ -251,5 +250,5 @@ def close_idle_sessions() -> None:
         each.close_idle()
 
 
-_pgsession.after_fork(_after_fork)
+_pgprocess.after_fork(_after_fork)
 atexit.register(close_idle_sessions)

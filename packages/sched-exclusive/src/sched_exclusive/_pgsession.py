@@ -1,4 +1,4 @@
-"""The PostgreSQL connection layer: sessions, deadlines, errors and the fork rule.
+"""The PostgreSQL connection layer: settings, sessions, statements under a deadline.
 
 It knows nothing of job names, locks or counters: a :class:`Session` is one
 libpq connection lent to one user at a time (by :mod:`._pgpool`), and
@@ -10,20 +10,8 @@ libpq connection lent to one user at a time (by :mod:`._pgpool`), and
   call in bounded time.
 * **Errors.** A psycopg failure becomes the backend seam's :class:`OSError`,
   keeping its text (``errno.ETIMEDOUT`` for a timeout).
-* **The fork rule.** A session belongs to the process that opened it
-  (:func:`inherited` says whether it does). In a process forked from it,
-  whatever meets an inherited session abandons it at once (:func:`abandon`:
-  this process's copy of its socket closed, once, without a word to the
-  server, which would end the parent's session) and takes no lock on the
-  way: a lock the parent's threads held at the fork (a lease's turn, a
-  pool's, the monitor's) stays held in the child for ever. Everything else
-  of the parent's (threads, locks, descriptors, the pools' idle sessions)
-  is dropped by the one at-fork hook below, which runs what each module
-  registered with :func:`after_fork`.
-* **Threads.** Every helper thread (deadlines, the monitor, its checks, the
-  asyncio driver's workers) starts with every signal blocked
-  (:func:`start_quietly`), so a signal sent to the process always reaches
-  the thread that handles it.
+* **Ownership.** A session belongs to the process that opened it: see the
+  fork rule in :mod:`._pgprocess`; the deadline thread is :mod:`._pgdeadline`.
 """
 
 from __future__ import annotations
@@ -33,10 +21,7 @@ import math
 import os
 import secrets
 import select
-import signal
 import socket
-import threading
-import time
 import typing
 from collections.abc import Callable
 from contextlib import suppress
@@ -45,6 +30,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
+
+from . import _pgdeadline
+from ._pgprocess import abandon, after_fork, inherited, pid, start_quietly
 
 __all__ = [
     "ANSWER_GRACE",
@@ -128,28 +116,6 @@ _POOLER_SIGNS = (pg_errors.DuplicatePreparedStatement, pg_errors.InvalidSqlState
 _ENDED = (pg_errors.AdminShutdown, pg_errors.CrashShutdown, pg_errors.IdleSessionTimeout)
 
 
-def start_quietly(thread: threading.Thread) -> None:
-    """Start a helper ``thread`` with every signal blocked in it (a new thread takes
-    its creator's mask), so that the kernel never picks it to deliver a signal sent
-    to the process while the thread that handles it sleeps in a system call."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    try:
-        thread.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-#: This process's id (kept current across forks by the hook below).
-_PID = os.getpid()
-#: What each module drops in a forked child, in registration order.
-_RESETS: list[Callable[[], None]] = []
-
-
-def pid() -> int:
-    """This process's id."""
-    return _PID
-
-
 def elsewhere(session: Session, pid: int) -> str:
     """What it means that a statement of ``session`` answered from backend ``pid``
     without the session's mark (a pooler at work)."""
@@ -159,30 +125,6 @@ def elsewhere(session: Session, pid: int) -> str:
             "another client's session has used meanwhile"
         )
     return f"a statement of one session ran in PostgreSQL backend {pid}, not {session.server_pid}"
-
-
-def inherited(session: Session) -> bool:
-    """The fork rule: whether ``session`` is another process's (this one was forked
-    from its owner). Whoever finds it so abandons it and returns, taking no lock."""
-    return session.owner != _PID
-
-
-def after_fork(reset: Callable[[], None]) -> None:
-    """Run ``reset`` in a forked child, after this process's id is updated."""
-    _RESETS.append(reset)
-
-
-def _after_fork_in_child() -> None:
-    """A forked process starts afresh: the parent's sessions, threads and locks are not its."""
-    global _PID, _DEADLINES, _STATE_LOCK
-    _STATE_LOCK = threading.Lock()
-    _PID = os.getpid()
-    _DEADLINES = None
-    for reset in _RESETS:
-        reset()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Settings:
@@ -234,7 +176,7 @@ class Session:
     def __init__(self, conn: psycopg.Connection[Any], server_pid: int) -> None:
         self.conn = conn
         self.server_pid = server_pid
-        self.owner = _PID
+        self.owner = pid()
         self.aborted = False
         self.closed = False  # closed (or abandoned) by this library: never again
         #: Lent from the idle ones, and no statement answered since.
@@ -296,89 +238,6 @@ class Session:
             self.conn.close()
 
 
-#: Sessions a forked process inherited: kept referenced, never used or closed
-#: through libpq (that would end the parent's session).
-_ABANDONED: list[Session] = []
-
-
-def abandon(session: Session) -> None:
-    """Close this process's copy of an inherited session's socket, once, without a word."""
-    fd = session.fileno()
-    session.closed = True  # before the close: the number may be reused at once
-    if fd is not None:
-        with suppress(OSError):
-            os.close(fd)
-    _ABANDONED.append(session)
-
-
-class _Deadlines:
-    """Shuts a session's socket down when a statement outlives its deadline.
-
-    One thread per process, started on first use, asleep while nothing is
-    in flight. Arming costs a dict entry under a lock; the thread is woken
-    only when a deadline earlier than its next wake-up arrives.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._armed: dict[int, tuple[float, Session]] = {}
-        self._tokens = 0
-        self._wake_at = math.inf
-        self._thread: threading.Thread | None = None
-
-    def arm(self, session: Session, seconds: float) -> int:
-        deadline = time.monotonic() + seconds
-        with self._cond:
-            self._tokens += 1
-            token = self._tokens
-            self._armed[token] = (deadline, session)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="sched-exclusive-deadlines", daemon=True
-                )
-                start_quietly(self._thread)
-            elif deadline < self._wake_at:
-                self._cond.notify()
-        return token
-
-    def disarm(self, token: int) -> bool:
-        """Forget ``token``; ``False`` when its deadline already fired."""
-        with self._cond:
-            return self._armed.pop(token, None) is not None
-
-    def _run(self) -> None:
-        while True:
-            expired: list[Session] = []
-            with self._cond:
-                now = time.monotonic()
-                for token, (deadline, session) in list(self._armed.items()):
-                    if deadline <= now:
-                        del self._armed[token]
-                        expired.append(session)
-                if not expired:
-                    earliest = min((d for d, _ in self._armed.values()), default=math.inf)
-                    self._wake_at = earliest
-                    self._cond.wait(None if earliest == math.inf else earliest - now)
-                    self._wake_at = 0.0
-            for session in expired:
-                session.abort()
-
-
-_STATE_LOCK = threading.Lock()
-_DEADLINES: _Deadlines | None = None
-
-
-def _deadlines() -> _Deadlines:
-    global _DEADLINES
-    deadlines = _DEADLINES
-    if deadlines is not None:
-        return deadlines
-    with _STATE_LOCK:
-        if _DEADLINES is None:
-            _DEADLINES = _Deadlines()
-        return _DEADLINES
-
-
 def ended_idle(session: Session, exc: OSError) -> bool:
     """Whether ``exc``, from the first statement on ``session`` since it was lent
     from the idle ones, says the server had ended the session (so the statement did
@@ -409,7 +268,7 @@ def under_deadline(session: Session, settings: Settings, doing: str, talk: Calla
         OSError: it failed (its psycopg error translated), or the deadline
             fired (``errno.ETIMEDOUT``; the session is abandoned).
     """
-    deadlines = _DEADLINES or _deadlines()
+    deadlines = _pgdeadline.deadlines()
     token = deadlines.arm(session, settings.deadline)
     try:
         result = talk()
