@@ -18,6 +18,7 @@ import ipaddress
 import os
 import random
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -291,14 +292,24 @@ def start_pgbouncer(
         process, mode, f"host={workdir} port={port} user={user} dbname={server['dbname']}", workdir
     )
     deadline = time.monotonic() + START_DEADLINE
-    while not Path(workdir, f".s.PGSQL.{port}").exists():
+    while not _listening(f"{workdir}/.s.PGSQL.{port}"):
         if process.poll() is not None or time.monotonic() > deadline:
             log = Path(workdir, "log").read_text() if Path(workdir, "log").exists() else ""
             bouncer.stop()
             raise RuntimeError(f"PgBouncer did not start: {log[-2000:]}")
-        # sleep-ok: waiting for a daemon's socket to appear (bounded by the deadline)
+        # sleep-ok: waiting for a daemon to listen (bounded by the deadline)
         time.sleep(0.01)
     return bouncer
+
+
+def _listening(path: str) -> bool:
+    """Whether a unix socket accepts connections (its file appears before it listens)."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def start_bouncer(
