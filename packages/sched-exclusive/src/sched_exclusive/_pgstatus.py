@@ -11,6 +11,7 @@ from . import _pgpool
 from ._advisory import advisory_key
 from ._pgsession import execute
 from ._postgres import TABLE
+from ._status import render_json, render_line
 
 __all__ = ["PostgresStatus", "read_status"]
 
@@ -43,6 +44,17 @@ class PostgresStatus(typing.NamedTuple):
     pending: int
     #: What a human should know.
     notes: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        """The snapshot as JSON-ready values, in the shape of a directory's."""
+        holder = {"host": self.host, "pid": self.pid, "backend_pid": self.backend_pid}
+        return render_json(self, {"name": self.name}, holder)
+
+    def describe(self) -> str:
+        """One line for a human, as a directory's reads."""
+        return render_line(
+            self, self.name, "" if self.host is None else f"host {self.host}, pid {self.pid}"
+        )
 
 
 def read_status(
