@@ -105,15 +105,19 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
 
     from sched_exclusive import _pglease
     from sched_exclusive import _postgres as pg
+    from sched_exclusive._pgsession import CLIENT_SETTING
 
     lock = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     counter = (
         psycopg.connect(dsn, autocommit=True, prepare_threshold=0) if connections == 2 else lock
     )
     pid = lock.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    token = "bench"  # the mark the backend leaves in each of its sessions
+    lock.execute("SELECT set_config(%s, %s, false)", (CLIENT_SETTING, token))
     key = advisory_key(NAME)
     acquire = {
         "pid": pid,
+        "token": token,
         "key": key,
         "high": (key >> 32) & 0xFFFFFFFF,
         "low": key & 0xFFFFFFFF,
@@ -122,7 +126,7 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
         "name": NAME,
     }
     clear = {"name": NAME, "capacity": 0}
-    release = {"pid": pid, "key": key}
+    release = {"pid": pid, "token": token, "key": key}
     on_lock, on_counter = lock.execute, counter.execute
 
     def op() -> None:
