@@ -5,7 +5,7 @@ each idle session to one user at a time, looks at its socket before lending
 it again (an idle session the server ended has its goodbye waiting there),
 and keeps at most :data:`_MAX_IDLE`. A session the server ended in the
 instant between that look and its first statement fails with the server's
-word for it (:func:`._pgsession.ended_idle`): its user takes another, once.
+word for it (:func:`._pgsession.ended_idle`): its user takes another.
 
 **The pooler check.** A transaction-pooling proxy runs one client session's
 statements in different server sessions, which breaks session locks. Each

@@ -241,7 +241,7 @@ class Session:
 def ended_idle(session: Session, exc: OSError) -> bool:
     """Whether ``exc``, from the first statement on ``session`` since it was lent
     from the idle ones, says the server had ended the session (so the statement did
-    not run, or ran uncommitted): the call may go on, once, on another session."""
+    not run, or ran uncommitted): the call may go on on another session."""
     return session.lent_idle and isinstance(exc.__cause__, _ENDED)
 
 
