@@ -22,14 +22,11 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sched_exclusive_servers import Cluster, far_cluster  # beside this script: on sys.path
+from sched_exclusive_testkit import Child
 
-from sched_exclusive_servers import Cluster, far_cluster  # noqa: E402
-from sched_exclusive_testkit import Child  # noqa: E402
-
-from sched_exclusive import advisory_key  # noqa: E402
+from sched_exclusive import advisory_key
 
 HOLDER = """
 import sys, time

@@ -44,6 +44,7 @@ from ._pgsession import (
     Session,
     Settings,
     elsewhere,
+    ended_idle,
     execute,
     os_error,
     pooling_error,
@@ -150,7 +151,9 @@ class Pool:
                 # itself when another connection opens while this one rests.
                 with self._lock:
                     witness = self._idle.pop() if self._idle else None
-                if witness is None or not witness.usable():
+                if witness is not None and witness.usable():
+                    witness.lent_idle = True
+                else:
                     if witness is not None:
                         self.discard(witness)
                     witness = self._open_session(prove=False)
@@ -164,7 +167,14 @@ class Pool:
                     f"not {session.server_pid}"
                 )
             if witness is not None:
-                self._prove(session, witness)
+                try:
+                    self._prove(session, witness)
+                except OSError as exc:
+                    if not ended_idle(witness, exc):
+                        raise
+                    self.discard(witness)  # the server ended it while it rested
+                    witness = self._open_session(prove=False)
+                    self._prove(session, witness)
         except BaseException:
             self.discard(session)
             if witness is not None:
