@@ -47,8 +47,11 @@ class PostgresStatus(typing.NamedTuple):
 
     def as_json(self) -> dict[str, object]:
         """The snapshot as JSON-ready values, in the shape of a directory's."""
-        holder: dict[str, object] = {"host": self.host, "pid": self.pid}
-        holder["backend_pid"] = self.backend_pid
+        holder: dict[str, object] = {
+            "host": self.host,
+            "pid": self.pid,
+            "backend_pid": self.backend_pid,
+        }
         return render_json(self, {"name": self.name}, holder)
 
     def describe(self) -> str:
