@@ -355,3 +355,26 @@ def test_both_backends_render_through_one_renderer() -> None:
     assert "nightly: idle (last cycle started 2026-12-02T13:05:09.5Z); 0 queued requests" == (
         unknown.describe()
     )
+
+
+@given(
+    state=st.sampled_from(["running", "idle", "unknown"]),
+    since=st.none() | st.datetimes(timezones=st.just(UTC)),
+    running_for=st.none() | st.integers(0, 10**7),
+    pending=st.integers(0, 10**6),
+)
+def test_the_renderer_speaks_alike_for_both_backends(
+    state: str, since: datetime | None, running_for: int | None, pending: int
+) -> None:
+    """With no holder to name, a directory's line and a PostgreSQL name's are the same
+    line but for the label, and their JSON objects agree on every shared field."""
+    pytest.importorskip("psycopg")
+    from sched_exclusive._pgstatus import PostgresStatus
+    from sched_exclusive._status import Status
+
+    flock = Status("L", state, since, running_for, (), pending)
+    pg = PostgresStatus("L", state, since, running_for, None, None, None, pending)
+    assert flock.describe() == pg.describe()
+    shared = flock.as_json().keys() & pg.as_json().keys()
+    assert {"state", "since", "running_for", "running_for_seconds", "pending"} == shared
+    assert {k: flock.as_json()[k] for k in shared} == {k: pg.as_json()[k] for k in shared}
