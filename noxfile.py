@@ -243,9 +243,10 @@ def postgres(session: nox.Session) -> None:
         # CPython 3.12.1 crashes when the interrupt tests' tracer raises
         # under coverage's, so under coverage they skip there: run them
         # once more without it.
+        tests = PACKAGES["sched_exclusive"] / "tests"
         session.run(
             "python", "-m", "pytest",
-            str(PACKAGES["sched_exclusive"] / "tests" / "test_interrupts.py"),
+            str(tests / "test_interrupts.py"), str(tests / "test_postgres_interrupts.py"),
             "-k", "postgres", *session.posargs,
         )  # fmt: skip
 
