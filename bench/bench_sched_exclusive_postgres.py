@@ -103,16 +103,21 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
     backend did before its counter statements left the held session)."""
     import psycopg
 
+    from sched_exclusive import _pglease
     from sched_exclusive import _postgres as pg
+    from sched_exclusive._pgsession import CLIENT_SETTING
 
     lock = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     counter = (
         psycopg.connect(dsn, autocommit=True, prepare_threshold=0) if connections == 2 else lock
     )
     pid = lock.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    token = "bench"  # the mark the backend leaves in each of its sessions
+    lock.execute("SELECT set_config(%s, %s, false)", (CLIENT_SETTING, token))
     key = advisory_key(NAME)
     acquire = {
         "pid": pid,
+        "token": token,
         "key": key,
         "high": (key >> 32) & 0xFFFFFFFF,
         "low": key & 0xFFFFFFFF,
@@ -121,7 +126,7 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
         "name": NAME,
     }
     clear = {"name": NAME, "capacity": 0}
-    release = {"pid": pid, "key": key}
+    release = {"pid": pid, "token": token, "key": key}
     on_lock, on_counter = lock.execute, counter.execute
 
     def op() -> None:
@@ -130,7 +135,7 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
         on_counter(pg._CHANGES["clear"], clear).fetchone()
         noop()
         on_counter(pg._READ, (NAME,)).fetchone()
-        on_lock(pg._RELEASE, release).fetchone()
+        on_lock(_pglease._RELEASE, release).fetchone()
         on_counter(pg._READ, (NAME,)).fetchone()
 
     return op

@@ -11,7 +11,6 @@
   lock probe, before and after a release. That is how a test places "another
   process" exactly in a race window, in one process: another holder is the
   world's second lock, another requester a second coordinator.
-* :class:`Child` is a Python child process spoken to line by line.
 * :class:`Interrupter` raises a KeyboardInterrupt at the n-th point inside the
   library where a signal handler could raise one, to prove that none of them
   leaks a held lock.
@@ -20,6 +19,7 @@
 from __future__ import annotations
 
 import dis
+import importlib
 import os
 import sys
 import uuid
@@ -33,8 +33,6 @@ from sched_exclusive._backend import Backend, Change, Lease
 from sched_exclusive._files import parse_count
 from sched_lock import try_lock
 
-#: A libpq connection string to a database the tests may use, or unset.
-POSTGRES_DSN = os.environ.get("SCHED_TEST_POSTGRES", "")
 #: Set (by ``nox -s postgres`` and CI) when a missing server must fail, not skip.
 POSTGRES_REQUIRED = os.environ.get("SCHED_TEST_POSTGRES_REQUIRED") == "1"
 
@@ -221,16 +219,16 @@ class PgWorld:
 
 def close_postgres_sessions() -> None:
     """Close the idle sessions every ``Exclusive.postgres`` of this process pooled."""
-    import sched_exclusive._postgres as postgres
+    from sched_exclusive import _pgpool
 
-    postgres._close_idle_sessions()
+    _pgpool.close_idle_sessions()
 
 
 def watched_leases() -> int:
     """How many held leases this process's session monitor watches."""
-    import sched_exclusive._postgres as postgres
+    from sched_exclusive import _pgmonitor
 
-    return postgres.watched_leases()
+    return _pgmonitor.watched_leases()
 
 
 DEADLINE = 30.0
@@ -338,8 +336,17 @@ def read_counter_file(directory: str) -> bytes:
 _BREAKERS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
 
 
-def library_code(*modules: ModuleType) -> frozenset[CodeType]:
-    """Every code object (nested ones included) defined in ``modules``."""
+def library_code(*given: ModuleType) -> frozenset[CodeType]:
+    """Every code object (nested ones included) defined in ``given``; the PostgreSQL
+    backend (``_postgres``) stands for all the ``_pg*`` modules it is built on."""
+    modules = list(given)
+    for module in given:
+        if module.__name__ == "sched_exclusive._postgres":
+            package = Path(module.__file__ or "").parent
+            modules += [
+                importlib.import_module(f"sched_exclusive.{part.stem}")
+                for part in sorted(package.glob("_pg*.py"))
+            ]
     found: set[CodeType] = set()
     pending = [
         value.__code__

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -29,7 +30,6 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sched_exclusive_testkit import (
-    POSTGRES_DSN,
     FlockWorld,
     Held,
     PgWorld,
@@ -288,7 +288,8 @@ class Coalescing(RuleBasedStateMachine):
             self.dir = tempfile.mkdtemp(prefix="sched-exclusive-model-")
             self.world = FlockWorld(self.dir)
         else:
-            self.world = PgWorld(POSTGRES_DSN)
+            # The session's server (postgres_required makes sure there is one).
+            self.world = PgWorld(os.environ["SCHED_TEST_POSTGRES"])
         self.model: Model | None = None
         self.other: Held | None = None
         self.gate = True

@@ -16,20 +16,18 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sched_exclusive_servers import PgBouncer, holder_backend, local_backend, start_bouncer
 from sched_exclusive_testkit import DEADLINE, PgWorld, close_postgres_sessions, watched_leases
 from sched_testing import Child
 
@@ -41,36 +39,6 @@ from sched_exclusive import (
     advisory_key,
     lock_lost,
 )
-
-
-@pytest.fixture
-def pg(postgres_required: str) -> Iterator[PgWorld]:
-    """A fresh job name in the test database."""
-    world = PgWorld(postgres_required)
-    try:
-        yield world
-    finally:
-        world.close()
-        close_postgres_sessions()
-
-
-def holder_backend(world: PgWorld) -> int | None:
-    """The server pid holding ``world``'s advisory lock, from ``pg_locks``."""
-    key = advisory_key(world.name)
-    row = world.conn.execute(
-        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
-        "AND classid = %s::bigint::oid AND objid = %s::bigint::oid",
-        ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
-    ).fetchone()
-    return None if row is None else int(row[0])
-
-
-def local_backend(pid: int) -> bool:
-    """Whether ``pid`` is a PostgreSQL process on this machine that we may signal."""
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "postgres"
-    except OSError:
-        return False
 
 
 def test_the_key_is_stable_and_documented() -> None:
@@ -180,7 +148,7 @@ def test_a_terminated_session_is_seen_by_the_job_and_stops_the_reruns(
         lost = lock_lost()
         assert not lost.is_set()
         assert Outcome.QUEUED == pg.exclusive().run(lambda: None)  # demand meanwhile
-        pid = holder_backend(pg)
+        pid = holder_backend(pg.conn, pg.name)
         assert pid is not None
         pg.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         seen.append(lost.wait(DEADLINE))  # the monitor sees the socket close
@@ -204,7 +172,7 @@ def test_a_session_lost_with_nothing_queued_is_reported(pg: PgWorld) -> None:
     """A session lost during a run with no request queued: the release reports it."""
 
     def job() -> None:
-        pid = holder_backend(pg)
+        pid = holder_backend(pg.conn, pg.name)
         assert pid is not None
         pg.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         assert lock_lost().wait(DEADLINE)
@@ -261,9 +229,11 @@ def test_the_counter_is_exact_under_8_processes_x_1000_operations(
 
 def test_the_loop_ticks_while_a_statement_is_stalled(pg: PgWorld) -> None:
     """arun talks to the database off the loop: while a statement waits on a row that
-    another session keeps locked, a task on the same loop ticks every 10 ms (±5 ms);
-    the statement timeout then ends the call with CoordinationError (ETIMEDOUT, outcome
-    none) within the configured timeouts."""
+    another session keeps locked (for the 0.5 s statement timeout), a task on the same
+    loop that sleeps 10 ms keeps ticking: no gap reaches 250 ms (a loop blocked by the
+    statement would show one gap of 500 ms or more; a loaded machine delays single ticks
+    by tens of ms, which is not what this asserts). The statement timeout then ends the
+    call with CoordinationError (ETIMEDOUT, outcome none) within the timeouts."""
     import psycopg
 
     pg.hold()  # busy: the request goes for the counter
@@ -306,8 +276,8 @@ def test_the_loop_ticks_while_a_statement_is_stalled(pg: PgWorld) -> None:
     assert (Outcome.NONE, errno.ETIMEDOUT) == (error.outcome, error.errno)
     assert took < 0.5 + 1.0 + 0.5, took
     gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
-    assert len(gaps) >= 40
-    assert [] == [round(g * 1000, 1) for g in gaps if not 0.005 <= g <= 0.015]
+    assert len(gaps) >= 10
+    assert max(gaps) < 0.25, [round(g * 1000, 1) for g in gaps]
 
 
 def test_the_gate_is_asked_on_the_loop_thread(pg: PgWorld) -> None:
@@ -453,79 +423,12 @@ def test_a_forked_child_never_releases_the_session_lock(pg: PgWorld, children: l
 # --- a real PgBouncer in front of the server ------------------------------------------
 
 
-def start_pgbouncer(
-    dsn: str, mode: str, pool_size: int = 20
-) -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start PgBouncer in ``mode`` (``pool_size`` server connections at most) in front
-    of the test server; return it, its connection string and its directory."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    binary = shutil.which("pgbouncer") or (
-        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
-    )
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("PgBouncer is not installed (.ci/run installs it)")
-        pytest.skip("PgBouncer is not installed")
-    params = conninfo_to_dict(dsn)
-    host = str(params.get("host", ""))
-    if not host.startswith("/"):
-        pytest.skip("the PgBouncer tests need the test server on a unix socket")
-    workdir = tempfile.mkdtemp(prefix="pgbouncer-")
-    port = 6400 + os.getpid() % 1000
-    user = str(params.get("user", "postgres"))
-    dbname = str(params.get("dbname", "postgres"))
-    Path(workdir, "users.txt").write_text(f'"{user}" ""\n')
-    Path(workdir, "pgbouncer.ini").write_text(
-        f"[databases]\n{dbname} = host={host} dbname={dbname} user={user}\n"
-        f"[pgbouncer]\nlisten_port = {port}\nunix_socket_dir = {workdir}\n"
-        f"auth_type = trust\nauth_file = {workdir}/users.txt\npool_mode = {mode}\n"
-        f"default_pool_size = {pool_size}\n"
-        f"logfile = {workdir}/log\npidfile = {workdir}/pid\n"
-    )
-    command = [binary, f"{workdir}/pgbouncer.ini"]
-    if os.geteuid() == 0:  # PgBouncer refuses to run as root
-        shutil.chown(workdir, "postgres")
-        for name in ("users.txt", "pgbouncer.ini"):
-            shutil.chown(Path(workdir, name), "postgres")
-        command = ["runuser", "-u", "postgres", "--", *command]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + DEADLINE
-    while not Path(workdir, f".s.PGSQL.{port}").exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            stderr = process.stderr.read() if process.stderr else b""
-            pytest.fail(f"PgBouncer did not start: {stderr!r}")
-        # sleep-ok: waiting for a daemon's socket to appear (bounded by the deadline)
-        time.sleep(0.01)
-    return process, f"host={workdir} port={port} user={user} dbname={dbname}", workdir
-
-
-def stop_pgbouncer(process: subprocess.Popen[bytes], workdir: str) -> None:
-    """Stop what :func:`start_pgbouncer` started (after this process's sessions)."""
-    close_postgres_sessions()
-    process.terminate()
-    process.wait(DEADLINE)
-    if process.stderr is not None:
-        process.stderr.close()
-    shutil.rmtree(workdir, ignore_errors=True)
-
-
-@pytest.fixture(params=["transaction", "session"])
-def pgbouncer(request: pytest.FixtureRequest, postgres_required: str) -> Iterator[tuple[str, str]]:
-    process, dsn, workdir = start_pgbouncer(postgres_required, request.param)
-    try:
-        yield request.param, dsn
-    finally:
-        stop_pgbouncer(process, workdir)
-
-
-def test_a_transaction_pooling_proxy_is_refused(pgbouncer: tuple[str, str]) -> None:
-    """Behind PgBouncer in transaction mode, session locks mean nothing: the call is
-    refused with CoordinationError (outcome none) saying what to change, and nothing
-    runs. In session mode it works."""
-    mode, dsn = pgbouncer
-    ex = Exclusive.postgres(dsn, f"bouncer-{mode}")
+def test_a_transaction_pooling_proxy_is_refused(pgbouncer: PgBouncer) -> None:
+    """Behind PgBouncer in transaction (or statement) mode, session locks mean nothing:
+    the call is refused with CoordinationError (outcome none) saying what to change, and
+    nothing runs. In session mode it works."""
+    mode = pgbouncer.mode
+    ex = Exclusive.postgres(pgbouncer.dsn, f"bouncer-{mode}")
     if mode == "session":
         assert Outcome.RAN == ex.run(lambda: None)
         return
@@ -544,7 +447,8 @@ def test_a_refused_transaction_pooler_is_left_as_it_was(postgres_required: str) 
     library sets its statement timeout and keepalives only on a session it accepted)."""
     import psycopg
 
-    process, dsn, workdir = start_pgbouncer(postgres_required, "transaction", pool_size=1)
+    bouncer = start_bouncer(postgres_required, "transaction", pool_size=1)
+    dsn = bouncer.dsn
     try:
         name = f"bouncer-pinned-{os.getpid()}"
         with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as other:
@@ -561,7 +465,8 @@ def test_a_refused_transaction_pooler_is_left_as_it_was(postgres_required: str) 
                 "SELECT pg_advisory_unlock(%s)", (advisory_key(name),)
             ).fetchone()
     finally:
-        stop_pgbouncer(process, workdir)
+        close_postgres_sessions()
+        bouncer.stop()
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -597,7 +502,7 @@ def test_status_reports_the_holder_without_taking_the_lock(
         fields["pending"],
         fields["pid"],
     )
-    assert holder_backend(pg) == fields["backend_pid"]
+    assert holder_backend(pg.conn, pg.name) == fields["backend_pid"]
     holder.write_line("")
     assert "running" == holder.read_line()  # the rerun of the queued request
     holder.write_line("")
@@ -735,9 +640,9 @@ def test_a_child_forked_by_a_job_leaves_the_held_session_alone(pg: PgWorld) -> N
         runs += 1
         if runs > 1:
             return
-        holder = holder_backend(pg)
+        holder = holder_backend(pg.conn, pg.name)
         seen.append(in_forked_child(child))
-        seen.append(holder_backend(pg) == holder)
+        seen.append(holder_backend(pg.conn, pg.name) == holder)
         seen.append(ex.pending())
         seen.append(lock_lost().is_set())
 
@@ -746,53 +651,56 @@ def test_a_child_forked_by_a_job_leaves_the_held_session_alone(pg: PgWorld) -> N
     assert 2 == runs
 
 
-def test_asyncio_calls_never_share_a_held_session(pg: PgWorld) -> None:
-    """Two arun calls on one coordinator, their statements on one executor thread:
-    the second call's request is written by a session of its own, never by the first
-    call's lock session (caught waiting on the row while the test holds it)."""
-    asyncio.run(two_calls_on_one_thread(pg))
+def test_asyncio_calls_never_share_a_held_session(
+    pg: PgWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two arun calls on one coordinator, their statements on one thread (the library's
+    executor cut to one worker): the second call's request is written by a session of
+    its own, never by the first call's lock session (caught waiting on the row while
+    the test holds it)."""
+    from sched_exclusive import _offloop
+
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        monkeypatch.setattr(_offloop, "_EXECUTOR", executor)
+        asyncio.run(two_calls_on_one_thread(pg))
 
 
 async def two_calls_on_one_thread(pg: PgWorld) -> None:
     """The body of the test above, on its event loop."""
     import psycopg
 
-    loop = asyncio.get_running_loop()
-    with concurrent.futures.ThreadPoolExecutor(1) as executor:
-        loop.set_default_executor(executor)
-        ex = pg.exclusive()
-        started = asyncio.Event()
-        finish = asyncio.Event()
+    ex = pg.exclusive()
+    started = asyncio.Event()
+    finish = asyncio.Event()
 
-        async def first_job() -> None:
-            started.set()
-            await finish.wait()
+    async def first_job() -> None:
+        started.set()
+        await finish.wait()
 
-        first = asyncio.create_task(ex.arun(first_job))
-        await started.wait()
-        holder = holder_backend(pg)
-        with psycopg.connect(pg.dsn) as row_lock:  # a transaction holds the row
-            row_lock.execute(
-                "SELECT queued FROM sched_exclusive WHERE name = %s FOR UPDATE", (pg.name,)
-            )
-            second = asyncio.create_task(ex.arun(nothing))
-            waiting = None
-            deadline = time.monotonic() + DEADLINE
-            while waiting is None and time.monotonic() < deadline:
-                # sleep-ok: one yield per look at the server's own record of the wait
-                await asyncio.sleep(0)
-                row = pg.conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE %s",
-                    ("%FOR UPDATE%",),
-                ).fetchone()
-                waiting = None if row is None else int(row[0])
-            row_lock.rollback()
-        assert waiting is not None
-        assert holder != waiting
-        assert Outcome.QUEUED == await second
-        finish.set()
-        assert Outcome.RAN_QUEUED == await first
+    first = asyncio.create_task(ex.arun(first_job))
+    await started.wait()
+    holder = holder_backend(pg.conn, pg.name)
+    with psycopg.connect(pg.dsn) as row_lock:  # a transaction holds the row
+        row_lock.execute(
+            "SELECT queued FROM sched_exclusive WHERE name = %s FOR UPDATE", (pg.name,)
+        )
+        second = asyncio.create_task(ex.arun(nothing))
+        waiting = None
+        deadline = time.monotonic() + DEADLINE
+        while waiting is None and time.monotonic() < deadline:
+            # sleep-ok: one yield per look at the server's own record of the wait
+            await asyncio.sleep(0)
+            row = pg.conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                ("%FOR UPDATE%",),
+            ).fetchone()
+            waiting = None if row is None else int(row[0])
+        row_lock.rollback()
+    assert waiting is not None
+    assert holder != waiting
+    assert Outcome.QUEUED == await second
+    finish.set()
+    assert Outcome.RAN_QUEUED == await first
 
 
 def test_a_lost_session_is_not_watched_after_the_call(pg: PgWorld) -> None:
@@ -800,7 +708,7 @@ def test_a_lost_session_is_not_watched_after_the_call(pg: PgWorld) -> None:
     call returns, the monitor watches nothing, so it can go back to sleep."""
 
     def job() -> None:
-        pid = holder_backend(pg)
+        pid = holder_backend(pg.conn, pg.name)
         assert pid is not None
         pg.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         assert lock_lost().wait(DEADLINE)

@@ -358,3 +358,50 @@ def test_a_held_lock_on_btrfs_shows_as_running(btrfs_dir: Path) -> None:
     finally:
         lock.unlock()
     assert "idle" == status(str(btrfs_dir)).state
+
+
+def test_both_backends_render_through_one_renderer() -> None:
+    """A directory's snapshot and a PostgreSQL name's print the same line and the same
+    JSON shape, apart from what names the job and who holds it; a PostgreSQL name whose
+    last holder is unknown says nothing of it (it printed "on )")."""
+    pytest.importorskip("psycopg")
+    from sched_exclusive._pgstatus import PostgresStatus
+    from sched_exclusive._status import Status
+
+    since = datetime(2026, 12, 2, 13, 5, 9, 500000, tzinfo=UTC)
+    flock = Status("/config", "running", since, 124, (7,), 1)
+    pg = PostgresStatus("nightly", "running", since, 124, "web-7f9c", 7, 4242, 1)
+    when = "running since 2026-12-02T13:05:09.5Z (for 2m4s)"
+    assert f"/config: {when}, pid 7; 1 queued request" == flock.describe()
+    assert f"nightly: {when}, host web-7f9c, pid 7; 1 queued request" == pg.describe()
+    shared = {"state", "since", "running_for", "running_for_seconds", "pending"}
+    assert shared == flock.as_json().keys() - {"dir", "holder_pids"}
+    assert shared == pg.as_json().keys() - {"name", "host", "pid", "backend_pid"}
+    assert {k: flock.as_json()[k] for k in shared} == {k: pg.as_json()[k] for k in shared}
+    unknown = PostgresStatus("nightly", "idle", since, None, None, None, None, 0)
+    assert "nightly: idle (last cycle started 2026-12-02T13:05:09.5Z); 0 queued requests" == (
+        unknown.describe()
+    )
+
+
+@given(
+    state=st.sampled_from(["running", "idle", "unknown"]),
+    since=st.none() | st.datetimes(timezones=st.just(UTC)),
+    running_for=st.none() | st.integers(0, 10**7),
+    pending=st.integers(0, 10**6),
+)
+def test_the_renderer_speaks_alike_for_both_backends(
+    state: str, since: datetime | None, running_for: int | None, pending: int
+) -> None:
+    """With no holder to name, a directory's line and a PostgreSQL name's are the same
+    line but for the label, and their JSON objects agree on every shared field."""
+    pytest.importorskip("psycopg")
+    from sched_exclusive._pgstatus import PostgresStatus
+    from sched_exclusive._status import Status
+
+    flock = Status("L", state, since, running_for, (), pending)
+    pg = PostgresStatus("L", state, since, running_for, None, None, None, pending)
+    assert flock.describe() == pg.describe()
+    shared = flock.as_json().keys() & pg.as_json().keys()
+    assert {"state", "since", "running_for", "running_for_seconds", "pending"} == shared
+    assert {k: flock.as_json()[k] for k in shared} == {k: pg.as_json()[k] for k in shared}

@@ -18,8 +18,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
-from ._status import format_rfc3339, format_seconds, status
+from ._status import status
 
 PROG = "python -m sched_exclusive"
 
@@ -66,24 +67,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "init-postgres":
         return _init_postgres(args.conninfo)
-    if args.postgres is not None:
-        return _postgres_status(args.postgres, args.dir, as_json=args.json)
     try:
-        snapshot = status(args.dir)
+        snapshot: Snapshot = (
+            status(args.dir) if args.postgres is None else _postgres_status(args.postgres, args.dir)
+        )
     except OSError as exc:
         print(f"{PROG} status: {exc}", file=sys.stderr)
         return 1
     for note in snapshot.notes:
         print(f"{PROG} status: note: {note}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(snapshot.as_json()))
-    else:
-        print(snapshot.describe())
+    print(json.dumps(snapshot.as_json()) if args.json else snapshot.describe())
     return 0
 
 
+class Snapshot(Protocol):
+    """What either backend's status is: one renderer (``_status``) serves both."""
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+    def as_json(self) -> dict[str, object]: ...
+    def describe(self) -> str: ...
+
+
 def _init_postgres(conninfo: str) -> int:
-    from ._postgres import init_table, pool_for
+    from ._pgpool import pool_for
+    from ._postgres import init_table
 
     try:
         where = init_table(pool_for(conninfo))
@@ -94,45 +102,10 @@ def _init_postgres(conninfo: str) -> int:
     return 0
 
 
-def _postgres_status(conninfo: str, name: str, *, as_json: bool) -> int:
-    from ._postgres import read_status
+def _postgres_status(conninfo: str, name: str) -> Snapshot:
+    from ._pgstatus import read_status
 
-    try:
-        snapshot = read_status(conninfo, name)
-    except OSError as exc:
-        print(f"{PROG} status: {exc}", file=sys.stderr)
-        return 1
-    for note in snapshot.notes:
-        print(f"{PROG} status: note: {note}", file=sys.stderr)
-    since = None if snapshot.since is None else format_rfc3339(snapshot.since)
-    running_for = None if snapshot.running_for is None else format_seconds(snapshot.running_for)
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "name": name,
-                    "state": snapshot.state,
-                    "since": since,
-                    "running_for": running_for,
-                    "running_for_seconds": snapshot.running_for,
-                    "host": snapshot.host,
-                    "pid": snapshot.pid,
-                    "backend_pid": snapshot.backend_pid,
-                    "pending": snapshot.pending,
-                }
-            )
-        )
-        return 0
-    queued = f"{snapshot.pending} queued request{'' if snapshot.pending == 1 else 's'}"
-    holder = "" if snapshot.host is None else f"host {snapshot.host}, pid {snapshot.pid}"
-    if snapshot.state == "running":
-        when = "" if since is None else f" since {since}"
-        took = "" if running_for is None else f" (for {running_for})"
-        print(f"{name}: running{when}{took}{', ' + holder if holder else ''}; {queued}")
-    else:
-        last = "" if since is None else f" (last cycle started {since} on {holder})"
-        print(f"{name}: idle{last}; {queued}")
-    return 0
+    return read_status(conninfo, name)
 
 
 if __name__ == "__main__":

@@ -434,8 +434,9 @@ class Exclusive:
         The lock and counter operations are a few microseconds of system
         calls and run on the event loop; the job is awaited there too.
         Cancelling the task releases the lock and propagates at once. With
-        :meth:`postgres` the rules and their statements run in the loop's
-        default executor instead, so a slow database never stalls the loop;
+        :meth:`postgres` the rules and their statements run on threads of the
+        library's own (at most 16 per process) instead, so a slow database
+        never stalls the loop nor fills its default executor;
         a cancellation then waits for the statement in flight (within the
         timeouts), releases, and propagates.
 
@@ -526,7 +527,8 @@ async def _adrive(
     """Await ``job()`` each time ``step`` asks for a run; return its outcome.
 
     With ``loop``, every step of the rules (their statements) runs in the
-    loop's default executor, and the job on the loop.
+    library's own threads (never the loop's default executor), and the job on
+    the loop.
     """
     try:
         if loop is None:
@@ -573,7 +575,7 @@ def _throw(step: Step, exc: BaseException) -> None:
 
 
 async def _off_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn(*args)`` in the loop's default executor and return its result.
+    """Run ``fn(*args)`` on the library's own threads and return its result.
 
     Whatever interrupts the wait (a cancellation, an exception a signal
     handler raised on the loop's thread), it waits for ``fn`` to finish (the
@@ -595,11 +597,14 @@ async def _off_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *ar
         else:
             loop.call_soon_threadsafe(done.set_result, result)
 
+    from ._offloop import submit
+
+    handed: list[object] = []  # the work, once on its way (see submit)
     try:
-        loop.run_in_executor(None, work)
+        submit(loop, work, handed)
         return await asyncio.shield(done)
     except BaseException:
-        while not done.done():
+        while handed and not done.done():
             try:
                 await asyncio.wait([done])
             except asyncio.CancelledError:

@@ -28,7 +28,17 @@ from sched_lock import MAX_SLOT_SIZE, is_contention, read_holder
 from ._files import join, parse_count
 from ._outcome import LOCK_NAME, QUEUE_NAME
 
-__all__ = ["Status", "format_rfc3339", "format_seconds", "lock_holders", "read_pending", "status"]
+__all__ = [
+    "Shown",
+    "Status",
+    "format_rfc3339",
+    "format_seconds",
+    "lock_holders",
+    "read_pending",
+    "render_json",
+    "render_line",
+    "status",
+]
 
 _PROC_LOCKS = "/proc/locks"
 _flock = fcntl.flock
@@ -58,27 +68,58 @@ class Status(typing.NamedTuple):
 
     def as_json(self) -> dict[str, object]:
         """The snapshot as JSON-ready values (RFC 3339 and Go duration strings)."""
-        return {
-            "dir": self.dir,
-            "state": self.state,
-            "since": None if self.since is None else format_rfc3339(self.since),
-            "running_for": None if self.running_for is None else format_seconds(self.running_for),
-            "running_for_seconds": self.running_for,
-            "holder_pids": list(self.holder_pids),
-            "pending": self.pending,
-        }
+        return render_json(self, {"dir": self.dir}, {"holder_pids": list(self.holder_pids)})
 
     def describe(self) -> str:
         """One line for a human."""
-        queued = f"{self.pending} queued request{'' if self.pending == 1 else 's'}"
-        if self.state == "running":
-            since = "" if self.since is None else f" since {format_rfc3339(self.since)}"
-            took = "" if self.running_for is None else f" (for {format_seconds(self.running_for)})"
-            pids = ", ".join(str(pid) for pid in self.holder_pids)
-            holder = f", pid {pids}" if pids else ""
-            return f"{self.dir}: running{since}{took}{holder}; {queued}"
-        last = "" if self.since is None else f" (last cycle started {format_rfc3339(self.since)})"
-        return f"{self.dir}: {self.state}{last}; {queued}"
+        pids = ", ".join(str(pid) for pid in self.holder_pids)
+        return render_line(self, self.dir, f"pid {pids}" if pids else "")
+
+
+class Shown(typing.Protocol):
+    """What both backends' snapshots share, for the one renderer below."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def since(self) -> datetime | None: ...
+    @property
+    def running_for(self) -> int | None: ...
+    @property
+    def pending(self) -> int: ...
+
+
+def render_line(snapshot: Shown, label: str, holder: str) -> str:
+    """The one line ``status`` prints, for either backend: ``label`` (the directory
+    or the job name), the state, since when and for how long, ``holder`` (who holds
+    the lock, or held it last; empty when unknown) and the queued requests."""
+    pending, since, running_for = snapshot.pending, snapshot.since, snapshot.running_for
+    queued = f"{pending} queued request{'' if pending == 1 else 's'}"
+    if snapshot.state == "running":
+        when = "" if since is None else f" since {format_rfc3339(since)}"
+        took = "" if running_for is None else f" (for {format_seconds(running_for)})"
+        return f"{label}: running{when}{took}{', ' + holder if holder else ''}; {queued}"
+    last = ""
+    if since is not None:
+        last = f" (last cycle started {format_rfc3339(since)}{' on ' + holder if holder else ''})"
+    return f"{label}: {snapshot.state}{last}; {queued}"
+
+
+def render_json(
+    snapshot: Shown, head: dict[str, object], holder: dict[str, object]
+) -> dict[str, object]:
+    """The object ``status --json`` prints, for either backend: ``head`` (what names
+    the job), the shared fields, and ``holder`` (the backend's own holder fields)."""
+    running_for = snapshot.running_for
+    return {
+        **head,
+        "state": snapshot.state,
+        "since": None if snapshot.since is None else format_rfc3339(snapshot.since),
+        "running_for": None if running_for is None else format_seconds(running_for),
+        "running_for_seconds": running_for,
+        **holder,
+        "pending": snapshot.pending,
+    }
 
 
 def format_rfc3339(instant: datetime) -> str:
