@@ -300,7 +300,7 @@ def test_a_stopped_server_ends_the_call_within_the_timeouts(pg: PgWorld) -> None
     """The server's processes stopped (SIGSTOP) mid-conversation: the client's deadline
     (statement timeout + 1 s) ends the call with CoordinationError, ETIMEDOUT, outcome
     none; nothing ran."""
-    ex = pg.exclusive(statement_timeout=0.3)
+    ex: Exclusive = pg.exclusive(statement_timeout=0.3)
     ex.run(lambda: None)  # its sessions are pooled now
     backend = ex._backend
     pids = backend.pool.idle_server_pids()  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ from sched_exclusive_testkit import DEADLINE, PgWorld, close_postgres_sessions
 from sched_testing import Child
 
 from sched_exclusive import CoordinationError, Exclusive, Outcome, advisory_key, lock_lost
+from sched_exclusive._pglease import PgLease
 from sched_exclusive._pgmonitor import SESSION_CHECK_INTERVAL
 from sched_exclusive._pgsession import ANSWER_GRACE
 
@@ -144,7 +145,7 @@ def test_a_child_forked_during_a_check_returns_at_once(pg: PgWorld) -> None:
     answers: list[str] = []
 
     def job() -> None:
-        lease: Any = _exclusive._RUNNING.get()  # the lease this job runs under
+        lease: PgLease = _exclusive._RUNNING.get()  # type: ignore[assignment]  # this job's
         backend = holder_backend(pg.conn, pg.name)
         assert backend is not None
         if not local_backend(backend):
@@ -321,7 +322,7 @@ def test_idle_sessions_the_server_ended_never_fail_a_call(pg: PgWorld) -> None:
     """The server ends every idle pooled session (pg_terminate_backend, as a restart or
     an idle reaper would): the next calls, made at once, all succeed, on new sessions."""
     names = [f"{pg.name}-{i}" for i in range(4)]
-    exclusives = [Exclusive.postgres(pg.dsn, n) for n in names]
+    exclusives: list[Exclusive] = [Exclusive.postgres(pg.dsn, n) for n in names]
 
     def nest(i: int) -> None:  # four lock sessions and a counter session at once
         if i < len(exclusives):
@@ -329,7 +330,8 @@ def test_idle_sessions_the_server_ended_never_fail_a_call(pg: PgWorld) -> None:
 
     for _ in range(3):
         nest(0)
-        pool: Any = exclusives[0]._backend.pool  # type: ignore[attr-defined]
+        first: Exclusive = exclusives[0]
+        pool: Any = first._backend.pool  # type: ignore[attr-defined]
         idle = pool.idle_server_pids()
         assert len(idle) >= 4
         for pid in idle:
