@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 
 from sched_exclusive import Exclusive, ExclusiveError, Outcome
-from sched_exclusive._backend import Backend, Change, Lease
+from sched_exclusive._backend import Backend, Change, Lease, Started
 
 
 class Journal:
@@ -99,6 +99,17 @@ class Journaled:
             if fn(before) != before:
                 self.journal.write("cnt", before, fn(before))
             return before
+        finally:
+            fcntl.flock(self.order, fcntl.LOCK_UN)
+
+    def start(self, lease: Lease, change: Change) -> Started:
+        inner = lease.inner if isinstance(lease, JitteredLease) else lease
+        fcntl.flock(self.order, fcntl.LOCK_EX)
+        try:
+            before, token, failed = self.inner.start(inner, change)
+            if failed is None and change(before) != before:
+                self.journal.write("cnt", before, change(before))
+            return before, token, failed
         finally:
             fcntl.flock(self.order, fcntl.LOCK_UN)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dis
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ from types import CodeType, FrameType, FunctionType, ModuleType
 from typing import Any, Protocol, final
 
 from sched_exclusive import Exclusive, advisory_key
-from sched_exclusive._backend import Backend, Change, Lease
+from sched_exclusive._backend import Backend, Change, Lease, Started
 from sched_exclusive._files import parse_count
 from sched_lock import try_lock
 
@@ -313,6 +314,19 @@ class Hooked:
         self._counter_call()
         return self.inner.update_counter(fn)
 
+    def start(self, lease: Lease, change: Change) -> Started:
+        """The start of a cycle: one counter call (a failure injected here leaves the
+        counter untouched and draws no token)."""
+        inner = lease._inner if isinstance(lease, HookedLease) else lease
+        try:
+            self._counter_call()
+        except OSError as exc:
+            return 0, OSError(exc.errno, f"no fencing token: {exc.strerror}"), exc
+        return self.inner.start(inner, change)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # fence, afence: the real backend's
+
 
 def hooked(ex: Exclusive) -> Hooked:
     """Wrap ``ex``'s backend in a :class:`Hooked` one."""
@@ -439,12 +453,15 @@ class Interrupter:
     Counts only the points inside ``codes`` (the library's own functions) and
     only while no exception is being handled (a second interrupt during the
     cleanup of a first is another matter). Used as a context manager around
-    one call; ``fired`` tells whether the n-th point was reached.
+    one call; ``fired`` tells whether the n-th point was reached. With
+    ``crash``, the process kills itself there instead (SIGKILL: a crash
+    between two steps of the library, for a child process to suffer).
     """
 
-    def __init__(self, codes: frozenset[CodeType], n: int) -> None:
+    def __init__(self, codes: frozenset[CodeType], n: int, *, crash: bool = False) -> None:
         self._codes = codes
         self._n = n
+        self._crash = crash
         self._seen = 0
         # Per frame: the offset where the next instruction is a point (just
         # after a call that returned, or anywhere after a backward jump).
@@ -484,6 +501,8 @@ class Interrupter:
                 self._seen += 1
                 if self._seen == self._n:
                     self.fired = True
+                    if self._crash:
+                        os.kill(os.getpid(), signal.SIGKILL)
                     raise KeyboardInterrupt
         elif event == "return":
             self._next.pop(frame, None)

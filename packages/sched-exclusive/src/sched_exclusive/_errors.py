@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import typing
 from collections.abc import Sequence
 
 from ._outcome import Outcome
 
-__all__ = ["CoordinationError", "ExclusiveError", "RunError"]
+__all__ = ["CoordinationError", "ExclusiveError", "FencedOut", "RunError"]
 
 
 class ExclusiveError(Exception):
@@ -176,3 +177,41 @@ class RunError(ExclusiveError, ExceptionGroup[Exception]):
         self,
     ) -> tuple[type[RunError], tuple[str, list[Exception], Outcome, tuple[int | None, ...]]]:
         return (type(self), (self.message, list(self.exceptions), self.outcome, self._attempts))
+
+
+@typing.final
+class FencedOut(ExclusiveError, OSError):
+    """A later cycle of the job has started: the fenced transaction must not commit.
+
+    Raised by :func:`fence` and :func:`afence` when the cycle the job runs
+    as is no longer the latest of its name: its lock was lost (a partition,
+    a paused holder, a failover) and another cycle started since. Roll the
+    transaction back; the later cycle does the work. It is an
+    :class:`OSError` with ``errno.ENOLCK``, as the other lost-lock errors of
+    this package are, and its ``outcome`` is :attr:`Outcome.RAN` (the job
+    was running).
+
+    Args:
+        name: the job's name.
+        token: the fencing token of the job's cycle.
+        newer: the token of the later cycle that has started.
+
+    Attributes:
+        name: the job's name.
+        token: the fencing token of the job's cycle.
+        newer: the token of the later cycle.
+    """
+
+    def __init__(self, name: str, token: int, newer: int) -> None:
+        super().__init__(
+            errno.ENOLCK,
+            f"job {name!r}: cycle {token} is fenced out, a later cycle ({newer}) has started; "
+            "roll this transaction back",
+        )
+        self.name = name
+        self.token = token
+        self.newer = newer
+        self.outcome = Outcome.RAN
+
+    def __reduce__(self) -> tuple[type[FencedOut], tuple[str, int, int]]:
+        return (type(self), (self.name, self.token, self.newer))

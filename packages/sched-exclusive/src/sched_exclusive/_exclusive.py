@@ -10,8 +10,8 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ._backend import Backend, Lease
-from ._coalesce import Lines, Step, coalesce
+from ._backend import Backend
+from ._coalesce import Cycle, Lines, Step, coalesce
 from ._errors import CoordinationError
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
@@ -21,13 +21,26 @@ if TYPE_CHECKING:
 
     from ._durations import Duration
 
-__all__ = ["Exclusive", "lock_lost"]
+__all__ = ["Exclusive", "fencing_token", "lock_lost", "running_cycle"]
 
 _LOGGER = logging.getLogger("sched_exclusive")
-#: The lease of the job running in this context (set by the drivers around each run).
-_RUNNING: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
+#: The cycle of the job running in this context (set by the drivers around each run).
+_RUNNING: contextvars.ContextVar[Cycle | None] = contextvars.ContextVar(
     "sched_exclusive_running", default=None
 )
+
+
+def running_cycle(what: str) -> Cycle:
+    """The cycle of the job running in this context.
+
+    Raises:
+        RuntimeError: no job of an :class:`Exclusive` runs in this context
+            (``what`` names the function that needs one).
+    """
+    cycle = _RUNNING.get()
+    if cycle is None:
+        raise RuntimeError(f"{what} is only available inside a job run by Exclusive")
+    return cycle
 
 
 def lock_lost() -> threading.Event:
@@ -59,11 +72,42 @@ def lock_lost() -> threading.Event:
 
     .. versionadded:: 0.2.0
     """
-    lease = _RUNNING.get()
-    if lease is None:
-        raise RuntimeError("lock_lost() is only available inside a job run by Exclusive")
-    event = getattr(lease, "lost_event", None)
+    event = getattr(running_cycle("lock_lost()").lease, "lost_event", None)
     return event if isinstance(event, threading.Event) else threading.Event()
+
+
+def fencing_token() -> int:
+    """The fencing token of the cycle the running job runs as.
+
+    Every cycle of a name gets one as it starts — the call's own run, each
+    queued rerun, each handoff; with either backend, through :meth:`~Exclusive.run`,
+    :meth:`~Exclusive.run_or_skip`, :meth:`~Exclusive.arun` or
+    :meth:`~Exclusive.arun_or_skip` — larger than the token of every cycle of
+    that name before it, across processes, hosts and restarts. Pass it to a
+    store that keeps the largest token it has seen and refuses a write
+    carrying a smaller one: a holder that lost its lock without knowing it
+    (a paused VM, a partition) is then refused once a later cycle has
+    written. Tokens are positive integers below ``2**63`` (they fit a
+    ``bigint``), drawn from the clock in microseconds or the previous token
+    plus one, whichever is larger: not consecutive, and not starting at 1.
+
+    With a directory, the token is kept in ``dir/cycle.fence``; cycles run
+    by a Go process sharing the directory take none. With
+    :meth:`Exclusive.postgres`, it is the ``token`` column of the name's row,
+    drawn by the statement that starts the cycle; see also :func:`fence`.
+
+    Returns:
+        The token.
+
+    Raises:
+        RuntimeError: no job of an :class:`Exclusive` runs in this context.
+        CoordinationError: this cycle has no token (the fence file could not
+            be written, say); the message says why.
+    """
+    token = running_cycle("fencing_token()").token
+    if isinstance(token, OSError):
+        raise CoordinationError.from_os_error(token, Outcome.RAN) from token
+    return token
 
 
 @typing.final
@@ -144,7 +188,8 @@ class Exclusive:
         gate: Callable[[], bool] | None = None,
     ) -> None:
         directory = os.fspath(dir)
-        self._setup(FileBackend(directory), logger, queue_capacity, gate, {"dir": directory})
+        backend = FileBackend(directory, logger if logger is not None else _LOGGER)
+        self._setup(backend, logger, queue_capacity, gate, {"dir": directory})
         self._dir: str | None = directory
         self._name: str | None = None
         self._off_loop = False
@@ -456,8 +501,8 @@ class Exclusive:
             raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
 
 
-def _resume(step: Step, failure: Exception | None) -> Lease | Outcome:
-    """Send ``failure`` into the rules: the lease of the next run, or the outcome."""
+def _resume(step: Step, failure: Exception | None) -> Cycle | Outcome:
+    """Send ``failure`` into the rules: the next cycle to run, or the outcome."""
     try:
         return step.send(failure)
     except StopIteration as stop:
@@ -471,7 +516,7 @@ def _drive(step: Step, job: Callable[[], object]) -> Outcome:
         result = _resume(step, None)
         while not isinstance(result, Outcome):
             failure: Exception | None = None
-            outer = _RUNNING.get()  # restored whatever lands where: no stale lease after
+            outer = _RUNNING.get()  # restored whatever lands where: no stale cycle after
             try:
                 _RUNNING.set(result)
                 job()
