@@ -103,6 +103,7 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
     backend did before its counter statements left the held session)."""
     import psycopg
 
+    from sched_exclusive import _pglease
     from sched_exclusive import _postgres as pg
 
     lock = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
@@ -130,7 +131,7 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
         on_counter(pg._CHANGES["clear"], clear).fetchone()
         noop()
         on_counter(pg._READ, (NAME,)).fetchone()
-        on_lock(pg._RELEASE, release).fetchone()
+        on_lock(_pglease._RELEASE, release).fetchone()
         on_counter(pg._READ, (NAME,)).fetchone()
 
     return op

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dis
+import importlib
 import os
 import select
 import signal
@@ -219,16 +220,16 @@ class PgWorld:
 
 def close_postgres_sessions() -> None:
     """Close the idle sessions every ``Exclusive.postgres`` of this process pooled."""
-    import sched_exclusive._postgres as postgres
+    from sched_exclusive import _pgpool
 
-    postgres._close_idle_sessions()
+    _pgpool.close_idle_sessions()
 
 
 def watched_leases() -> int:
     """How many held leases this process's session monitor watches."""
-    import sched_exclusive._postgres as postgres
+    from sched_exclusive import _pglease
 
-    return postgres.watched_leases()
+    return _pglease.watched_leases()
 
 
 DEADLINE = 30.0
@@ -409,8 +410,17 @@ class Child:
 _BREAKERS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
 
 
-def library_code(*modules: ModuleType) -> frozenset[CodeType]:
-    """Every code object (nested ones included) defined in ``modules``."""
+def library_code(*given: ModuleType) -> frozenset[CodeType]:
+    """Every code object (nested ones included) defined in ``given``; the PostgreSQL
+    backend (``_postgres``) stands for all the ``_pg*`` modules it is built on."""
+    modules = list(given)
+    for module in given:
+        if module.__name__ == "sched_exclusive._postgres":
+            package = Path(module.__file__ or "").parent
+            modules += [
+                importlib.import_module(f"sched_exclusive.{part.stem}")
+                for part in sorted(package.glob("_pg*.py"))
+            ]
     found: set[CodeType] = set()
     pending = [
         value.__code__

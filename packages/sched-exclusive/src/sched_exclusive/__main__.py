@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _init_postgres(conninfo: str) -> int:
-    from ._postgres import init_table, pool_for
+    from ._pgpool import pool_for
+    from ._postgres import init_table
 
     try:
         where = init_table(pool_for(conninfo))
@@ -95,7 +96,7 @@ def _init_postgres(conninfo: str) -> int:
 
 
 def _postgres_status(conninfo: str, name: str, *, as_json: bool) -> int:
-    from ._postgres import read_status
+    from ._pgstatus import read_status
 
     try:
         snapshot = read_status(conninfo, name)
