@@ -144,7 +144,13 @@ class PgWorld:
         self.name = self.label = name or f"test-{uuid.uuid4().hex[:12]}"
         self.key = advisory_key(self.name)
         self.conn = self._connect()
-        self.exclusive().pending()  # the table exists from here on
+        from sched_exclusive._pgpool import pool_for
+        from sched_exclusive._postgres import init_table
+
+        init_table(pool_for(dsn))  # the table exists from here on, and the name's row
+        self.conn.execute(
+            "INSERT INTO sched_exclusive (name) VALUES (%s) ON CONFLICT DO NOTHING", (self.name,)
+        )
         self._held: list[PgHeld] = []
 
     def _connect(self) -> Any:

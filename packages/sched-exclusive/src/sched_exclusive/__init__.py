@@ -19,10 +19,10 @@ from ._errors import ExclusiveError as ExclusiveError
 from ._errors import FencedOut as FencedOut
 from ._errors import RunError as RunError
 from ._exclusive import Exclusive as Exclusive
-from ._exclusive import fencing_token as fencing_token
-from ._exclusive import lock_lost as lock_lost
 from ._fence import afence as afence
 from ._fence import fence as fence
+from ._fence import fencing_token as fencing_token
+from ._fence import lock_lost as lock_lost
 from ._outcome import LOCK_NAME as LOCK_NAME
 from ._outcome import QUEUE_NAME as QUEUE_NAME
 from ._outcome import Outcome as Outcome

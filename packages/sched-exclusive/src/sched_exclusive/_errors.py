@@ -194,18 +194,21 @@ class FencedOut(ExclusiveError, OSError):
     Args:
         name: the job's name.
         token: the fencing token of the job's cycle.
-        newer: the token of the later cycle that has started.
+        newer: the token of the later cycle that has started, or ``None`` when
+            PostgreSQL refused the transaction's older snapshot of the row (in
+            REPEATABLE READ or SERIALIZABLE) before it could be read.
 
     Attributes:
         name: the job's name.
         token: the fencing token of the job's cycle.
-        newer: the token of the later cycle.
+        newer: the token of the later cycle, or ``None``.
     """
 
-    def __init__(self, name: str, token: int, newer: int) -> None:
+    def __init__(self, name: str, token: int, newer: int | None) -> None:
+        later = "a later cycle" if newer is None else f"a later cycle ({newer})"
         super().__init__(
             errno.ENOLCK,
-            f"job {name!r}: cycle {token} is fenced out, a later cycle ({newer}) has started; "
+            f"job {name!r}: cycle {token} is fenced out, {later} has started; "
             "roll this transaction back",
         )
         self.name = name
@@ -213,5 +216,5 @@ class FencedOut(ExclusiveError, OSError):
         self.newer = newer
         self.outcome = Outcome.RAN
 
-    def __reduce__(self) -> tuple[type[FencedOut], tuple[str, int, int]]:
+    def __reduce__(self) -> tuple[type[FencedOut], tuple[str, int, int | None]]:
         return (type(self), (self.name, self.token, self.newer))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextvars
 import logging
+import math
 import os
-import threading
 import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ._backend import Backend
 from ._coalesce import Cycle, Lines, Step, coalesce
 from ._errors import CoordinationError
+from ._fence import RUNNING as _RUNNING
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
 
@@ -21,93 +21,14 @@ if TYPE_CHECKING:
 
     from ._durations import Duration
 
-__all__ = ["Exclusive", "fencing_token", "lock_lost", "running_cycle"]
+__all__ = ["Exclusive"]
 
 _LOGGER = logging.getLogger("sched_exclusive")
-#: The cycle of the job running in this context (set by the drivers around each run).
-_RUNNING: contextvars.ContextVar[Cycle | None] = contextvars.ContextVar(
-    "sched_exclusive_running", default=None
-)
-
-
-def running_cycle(what: str) -> Cycle:
-    """The cycle of the job running in this context.
-
-    Raises:
-        RuntimeError: no job of an :class:`Exclusive` runs in this context
-            (``what`` names the function that needs one).
-    """
-    cycle = _RUNNING.get()
-    if cycle is None:
-        raise RuntimeError(f"{what} is only available inside a job run by Exclusive")
-    return cycle
-
-
-def lock_lost() -> threading.Event:
-    """The event set when the running job's cycle lock is lost.
-
-    Call it from inside a job run by :class:`Exclusive` (the call's own run or
-    a rerun, sync or asyncio), before a side effect that must not happen
-    unguarded, and stop if it is set::
-
-        def job() -> None:
-            lost = lock_lost()
-            prepare()
-            if lost.is_set():
-                raise RuntimeError("the cycle lock was lost; not publishing")
-            publish()
-
-    With :meth:`Exclusive.postgres` the holder watches its session while the
-    job runs (the socket closing, and a check every 2 seconds) and sets the
-    event when the session, and the lock with it, is gone; the call then starts no rerun and reports
-    the loss. A flock(2) lock cannot be lost while its holder lives, so with
-    a directory the event is never set. Pass the event itself to threads the
-    job starts: they do not see the job's context.
-
-    Returns:
-        The event of the lease the current job runs under.
-
-    Raises:
-        RuntimeError: no job of an :class:`Exclusive` runs in this context.
-
-    .. versionadded:: 0.2.0
-    """
-    event = getattr(running_cycle("lock_lost()").lease, "lost_event", None)
-    return event if isinstance(event, threading.Event) else threading.Event()
-
-
-def fencing_token() -> int:
-    """The fencing token of the cycle the running job runs as.
-
-    Every cycle of a name gets one as it starts — the call's own run, each
-    queued rerun, each handoff; with either backend, through :meth:`~Exclusive.run`,
-    :meth:`~Exclusive.run_or_skip`, :meth:`~Exclusive.arun` or
-    :meth:`~Exclusive.arun_or_skip` — larger than the token of every cycle of
-    that name before it, across processes, hosts and restarts. Pass it to a
-    store that keeps the largest token it has seen and refuses a write
-    carrying a smaller one: a holder that lost its lock without knowing it
-    (a paused VM, a partition) is then refused once a later cycle has
-    written. Tokens are positive integers below ``2**63`` (they fit a
-    ``bigint``), drawn from the clock in microseconds or the previous token
-    plus one, whichever is larger: not consecutive, and not starting at 1.
-
-    With a directory, the token is kept in ``dir/cycle.fence``; cycles run
-    by a Go process sharing the directory take none. With
-    :meth:`Exclusive.postgres`, it is the ``token`` column of the name's row,
-    drawn by the statement that starts the cycle; see also :func:`fence`.
-
-    Returns:
-        The token.
-
-    Raises:
-        RuntimeError: no job of an :class:`Exclusive` runs in this context.
-        CoordinationError: this cycle has no token (the fence file could not
-            be written, say); the message says why.
-    """
-    token = running_cycle("fencing_token()").token
-    if isinstance(token, OSError):
-        raise CoordinationError.from_os_error(token, Outcome.RAN) from token
-    return token
+#: The longest job name, in UTF-8 bytes: an incompressible name fits PostgreSQL's
+#: btree index on the name column (2704-byte rows) with room to spare.
+MAX_NAME_BYTES = 2600
+#: PostgreSQL's largest ``statement_timeout``, in milliseconds.
+MAX_STATEMENT_MS = 2**31 - 1
 
 
 @typing.final
@@ -260,7 +181,8 @@ class Exclusive:
                 ``tcp_user_timeout``, on the client and (for this session)
                 on the server, unless ``conninfo`` sets them.
             name: the job's name across machines (the analogue of the
-                directory); any non-empty text without NUL.
+                directory); any non-empty text without NUL, at most 2,600
+                bytes in UTF-8.
             logger: as for :class:`Exclusive`.
             queue_capacity: as for :class:`Exclusive`.
             gate: as for :class:`Exclusive`; with ``arun`` it is still
@@ -279,9 +201,10 @@ class Exclusive:
             ModuleNotFoundError: psycopg is not installed (install the
                 ``postgres`` extra).
             TypeError: an argument of the wrong type.
-            ValueError: an empty ``name`` or one with NUL, a ``conninfo``
-                libpq cannot parse, or a timeout that is not positive (or a
-                ``connect_timeout`` under 2 s).
+            ValueError: an empty ``name``, one with NUL or a lone surrogate,
+                or one over 2,600 bytes in UTF-8; a ``conninfo`` libpq cannot
+                parse; a timeout that is not positive, a ``connect_timeout``
+                under 2 s, or a ``statement_timeout`` of 2**31 ms or more.
 
         .. versionadded:: 0.2.0
         """
@@ -294,6 +217,18 @@ class Exclusive:
             raise TypeError(f"name must be a str, not {type(name).__name__}")
         if not name or "\0" in name:
             raise ValueError(f"name must be non-empty text without NUL, not {name!r}")
+        try:
+            size = len(name.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"name must be valid Unicode text: it holds a lone surrogate "
+                f"({name[exc.start]!r}) at index {exc.start}, which UTF-8 cannot encode"
+            ) from None
+        if size > MAX_NAME_BYTES:
+            raise ValueError(
+                f"name must be at most {MAX_NAME_BYTES} bytes in UTF-8 (PostgreSQL's btree "
+                f"index on the name column takes rows of 2704 bytes at most), got {size}"
+            )
         connect = to_seconds(connect_timeout, name="connect_timeout")
         statement = to_seconds(statement_timeout, name="statement_timeout")
         if connect < 2:
@@ -302,6 +237,11 @@ class Exclusive:
             )
         if statement <= 0:
             raise ValueError(f"statement_timeout must be positive, got {statement}")
+        if math.ceil(statement * 1000) > MAX_STATEMENT_MS:
+            raise ValueError(
+                f"statement_timeout must be at most {MAX_STATEMENT_MS / 1000} seconds "
+                f"(PostgreSQL's limit: 2**31 - 1 milliseconds), got {statement}"
+            )
         self = cls.__new__(cls)
         lines_logger = logger if logger is not None else _LOGGER
         backend = PostgresBackend(

@@ -1,15 +1,106 @@
-"""``fence`` and ``afence``: a job's own PostgreSQL transaction, fenced by its cycle."""
+"""What a running job asks of its cycle: ``lock_lost``, ``fencing_token``, ``fence``.
+
+The drivers in :mod:`._exclusive` set :data:`RUNNING` around each run.
+"""
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._exclusive import running_cycle
+from ._errors import CoordinationError
+from ._outcome import Outcome
 
 if TYPE_CHECKING:
     from ._coalesce import Cycle
 
-__all__ = ["afence", "fence"]
+__all__ = ["RUNNING", "afence", "fence", "fencing_token", "lock_lost", "running_cycle"]
+
+#: The cycle of the job running in this context (set by the drivers around each run).
+RUNNING: contextvars.ContextVar[Cycle | None] = contextvars.ContextVar(
+    "sched_exclusive_running", default=None
+)
+
+
+def running_cycle(what: str) -> Cycle:
+    """The cycle of the job running in this context.
+
+    Raises:
+        RuntimeError: no job of an :class:`Exclusive` runs in this context
+            (``what`` names the function that needs one).
+    """
+    cycle = RUNNING.get()
+    if cycle is None:
+        raise RuntimeError(f"{what} is only available inside a job run by Exclusive")
+    return cycle
+
+
+def lock_lost() -> threading.Event:
+    """The event set when the running job's cycle lock is lost.
+
+    Call it from inside a job run by :class:`Exclusive` (the call's own run or
+    a rerun, sync or asyncio), before a side effect that must not happen
+    unguarded, and stop if it is set::
+
+        def job() -> None:
+            lost = lock_lost()
+            prepare()
+            if lost.is_set():
+                raise RuntimeError("the cycle lock was lost; not publishing")
+            publish()
+
+    With :meth:`Exclusive.postgres` the holder watches its session while the
+    job runs (the socket closing, and a check every 2 seconds) and sets the
+    event when the session, and the lock with it, is gone; the call then starts no rerun and reports
+    the loss. A flock(2) lock cannot be lost while its holder lives, so with
+    a directory the event is never set. Pass the event itself to threads the
+    job starts: they do not see the job's context.
+
+    Returns:
+        The event of the lease the current job runs under.
+
+    Raises:
+        RuntimeError: no job of an :class:`Exclusive` runs in this context.
+
+    .. versionadded:: 0.2.0
+    """
+    event = getattr(running_cycle("lock_lost()").lease, "lost_event", None)
+    return event if isinstance(event, threading.Event) else threading.Event()
+
+
+def fencing_token() -> int:
+    """The fencing token of the cycle the running job runs as.
+
+    Every cycle of a name gets one as it starts — the call's own run, each
+    queued rerun, each handoff; with either backend, through :meth:`~Exclusive.run`,
+    :meth:`~Exclusive.run_or_skip`, :meth:`~Exclusive.arun` or
+    :meth:`~Exclusive.arun_or_skip` — larger than the token of every cycle of
+    that name before it, across processes, hosts and restarts. Pass it to a
+    store that keeps the largest token it has seen and refuses a write
+    carrying a smaller one: a holder that lost its lock without knowing it
+    (a paused VM, a partition) is then refused once a later cycle has
+    written. Tokens are positive integers below ``2**63`` (they fit a
+    ``bigint``), drawn from the clock in microseconds or the previous token
+    plus one, whichever is larger: not consecutive, and not starting at 1.
+
+    With a directory, the token is kept in ``dir/cycle.fence``; cycles run
+    by a Go process sharing the directory take none. With
+    :meth:`Exclusive.postgres`, it is the ``token`` column of the name's row,
+    drawn by the statement that starts the cycle; see also :func:`fence`.
+
+    Returns:
+        The token.
+
+    Raises:
+        RuntimeError: no job of an :class:`Exclusive` runs in this context.
+        CoordinationError: this cycle has no token (the fence file could not
+            be written, say); the message says why.
+    """
+    token = running_cycle("fencing_token()").token
+    if isinstance(token, OSError):
+        raise CoordinationError.from_os_error(token, Outcome.RAN) from token
+    return token
 
 
 class _Fencer(Protocol):

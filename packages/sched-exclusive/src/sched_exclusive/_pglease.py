@@ -29,7 +29,7 @@ import time
 import typing
 import weakref
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _pgsession
 from ._pgsession import POOLING_ADVICE, Session, execute, pooling_error
@@ -120,6 +120,34 @@ class PgLease:
                             f"{session.server_pid}: {POOLING_ADVICE}"
                         )
             return self._lost_reason is None
+
+    def run(self, query: str, params: dict[str, Any], doing: str) -> tuple[Any, ...]:
+        """Run one statement of the holder's own (the start of a cycle) on the held
+        session, between the monitor's checks; ``params`` gains ``pid``, the session's
+        backend pid, for the statement to run only there.
+
+        Raises:
+            OSError: ``ENOLCK`` when the lock is lost, already or now (a broken
+                session is ended as by a failed check, and the loss counts as
+                reported); the server's refusal of the statement (a timeout, a
+                missing table) as it is, the lock still held.
+        """
+        with self._turn:
+            session = self._session
+            if session is None or self._lost_reason is not None:
+                self._reported = True
+                raise OSError(errno.ENOLCK, f"the cycle lock was lost: {self._lost_reason}")
+            try:
+                return execute(
+                    session, self._backend.settings, query, {**params, "pid": session.server_pid},
+                    doing,
+                )  # fmt: skip
+            except OSError as exc:
+                if not (session.aborted or session.conn.broken or session.conn.closed):
+                    raise  # the server answered: the session, and the lock, are there
+                self.lose(str(exc))
+                self._reported = True
+                raise OSError(errno.ENOLCK, f"the cycle lock was lost: {exc}") from exc
 
     def lose(self, reason: str) -> None:
         """Mark the lock lost: end the session (so that no lock outlives it) and say so."""
