@@ -132,7 +132,7 @@ def _postgres_status(conninfo: str, name: str, *, as_json: bool) -> int:
         print(f"{name}: running{when}{took}{', ' + holder if holder else ''}; {queued}")
     else:
         last = "" if since is None else f" (last cycle started {since} on {holder})"
-        print(f"{name}: idle{last}; {queued}")
+        print(f"{name}: {snapshot.state}{last}; {queued}")
     return 0
 
 

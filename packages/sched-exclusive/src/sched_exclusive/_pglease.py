@@ -32,6 +32,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from . import _pgsession
+from ._pgcommit import begin_and_run, rollback, send_commit, settle
 from ._pgsession import POOLING_ADVICE, Session, execute, pooling_error
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class PgLease:
     __slots__ = (
         "__weakref__",
         "_backend",
+        "_committing",
         "_event",
         "_lost_reason",
         "_reported",
@@ -74,6 +76,7 @@ class PgLease:
         self._lost_reason: str | None = None
         self._reported = False
         self._event: threading.Event | None = None  # made when first asked for
+        self._committing = False  # a COMMIT sent by run(), its reply unread
         # One statement at a time on the session, the release after any check.
         self._turn = threading.Lock()
         self._session: Session | None = session  # last: owned from here on
@@ -110,6 +113,7 @@ class PgLease:
                 return False
             if self._lost_reason is None:
                 try:
+                    self._settle(session)
                     (pid,) = execute(session, self._backend.settings, _CHECK, (), doing)
                 except OSError as exc:
                     self.lose(str(exc))
@@ -122,32 +126,57 @@ class PgLease:
             return self._lost_reason is None
 
     def run(self, query: str, params: dict[str, Any], doing: str) -> tuple[Any, ...]:
-        """Run one statement of the holder's own (the start of a cycle) on the held
-        session, between the monitor's checks; ``params`` gains ``pid``, the session's
-        backend pid, for the statement to run only there.
+        """Run the start of a cycle on the held session, between the monitor's checks:
+        in a transaction committed without waiting (see :mod:`._pgcommit`); ``params``
+        gains ``pid``, the session's backend pid, for the statement to run only there.
 
         Raises:
             OSError: ``ENOLCK`` when the lock is lost, already or now (a broken
                 session is ended as by a failed check, and the loss counts as
                 reported); the server's refusal of the statement (a timeout, a
-                missing table) as it is, the lock still held.
+                missing table) as it is, rolled back, the lock still held.
         """
         with self._turn:
             session = self._session
             if session is None or self._lost_reason is not None:
                 self._reported = True
                 raise OSError(errno.ENOLCK, f"the cycle lock was lost: {self._lost_reason}")
+            settings = self._backend.settings
             try:
-                return execute(
-                    session, self._backend.settings, query, {**params, "pid": session.server_pid},
-                    doing,
-                )  # fmt: skip
+                self._settle(session)
+                # Stored, not returned, inside the block: an exception a signal
+                # handler raises as the call returns must still release the turn.
+                row = begin_and_run(
+                    session, settings, query, {**params, "pid": session.server_pid}, doing
+                )
             except OSError as exc:
                 if not (session.aborted or session.conn.broken or session.conn.closed):
-                    raise  # the server answered: the session, and the lock, are there
+                    try:
+                        rollback(session, settings)
+                    except OSError:
+                        pass  # lost meanwhile: said below
+                    else:
+                        raise  # the server refused: the session, and the lock, are there
                 self.lose(str(exc))
                 self._reported = True
                 raise OSError(errno.ENOLCK, f"the cycle lock was lost: {exc}") from exc
+            except BaseException:
+                session.abort()  # no transaction may outlive an interrupt: end it all
+                raise
+            try:
+                send_commit(session)
+                self._committing = True
+            except BaseException as exc:
+                session.abort()
+                self.lose(f"the start of a cycle could not be committed: {exc!r}")
+                raise
+        return row
+
+    def _settle(self, session: Session) -> None:
+        """Read the reply to the COMMIT :meth:`run` sent, if one is pending."""
+        if self._committing:
+            self._committing = False
+            settle(session, self._backend.settings)
 
     def lose(self, reason: str) -> None:
         """Mark the lock lost: end the session (so that no lock outlives it) and say so."""
@@ -209,6 +238,12 @@ class PgLease:
                             f"the cycle lock was lost while the job ran: {self._lost_reason}",
                         )
                     return
+                try:
+                    self._settle(session)
+                except OSError as exc:
+                    raise OSError(
+                        errno.ENOLCK, f"the cycle lock was lost while the job ran: {exc}"
+                    ) from exc
                 self._release(session)
                 pool.give(session)
                 self._session = None

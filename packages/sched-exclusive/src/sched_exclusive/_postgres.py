@@ -115,7 +115,7 @@ def _start_sql(kind: str, *, tokens: bool) -> str:
     SELECT queued{", token" if tokens else ""} FROM {TABLE}
     WHERE name = %(name)s AND pg_backend_pid() = %(pid)s FOR UPDATE
 ), new AS (
-    SELECT queued AS before, {_AFTER[kind]} AS after, {runs} AS runs{
+    SELECT true AS present, queued AS before, {_AFTER[kind]} AS after, {runs} AS runs{
         ", token" if tokens else ""
     } FROM old
 ), written AS (
@@ -129,7 +129,7 @@ def _start_sql(kind: str, *, tokens: bool) -> str:
     RETURNING CASE WHEN new.runs THEN {"t.token" if tokens else "NULL::bigint"} END AS drawn
 )
 SELECT new.before, (SELECT drawn FROM written), pg_backend_pid() = %(pid)s,
-    new.before IS NOT NULL
+    new.present IS NOT NULL
 FROM (SELECT 1) AS one LEFT JOIN new ON true"""
 
 
@@ -287,6 +287,11 @@ class PostgresBackend:
         fresh = lease not in self._started
         params = {"name": self.name, "fresh": fresh, "host": _HOST, "client_pid": _pgsession.pid()}
         facts = _pgtable.facts(self.pool)
+        if facts.where is None and not fresh:
+            # For fence(), once per process; before the start, never between its commit
+            # and the job (where it would widen the window that item 11 narrows).
+            with suppress(OSError):
+                _pgtable.learn_where(self.pool)
         table_made = row_made = False
         while True:
             try:
@@ -326,9 +331,6 @@ class PostgresBackend:
         self._wrote = True
         if facts.tokens is None:
             facts.tokens = True
-        if facts.where is None:
-            with suppress(OSError):  # for fence(), once per process: it asks again if need be
-                _pgtable.learn_where(self.pool)
         if before is None:
             return 0, _no_token(None), _pgtable.explained(self.pool, None)
         return max(int(before), 0), (_no_token(None) if token is None else int(token)), None
