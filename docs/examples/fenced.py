@@ -83,7 +83,8 @@ def main() -> int:
     try:
         outcome = ex.run(cycle)
     except ExclusiveError as exc:
-        print(f"poll: {exc.outcome}: {exc}", file=sys.stderr)
+        causes = "; ".join(str(cause) for cause in getattr(exc, "exceptions", [exc]))
+        print(f"poll: {exc.outcome}: {causes}", file=sys.stderr)
         return 1
     print(f"poll: {outcome}", flush=True)
     return 0

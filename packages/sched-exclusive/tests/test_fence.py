@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +37,7 @@ from sched_exclusive import (
 )
 
 psycopg = pytest.importorskip("psycopg")
+from psycopg.conninfo import make_conninfo  # noqa: E402
 
 
 @pytest.fixture
@@ -356,3 +361,55 @@ def test_fence_outside_a_job() -> None:
         fence(object())
     with pytest.raises(RuntimeError, match=r"afence\(\) is only available inside a job"):
         asyncio.run(afence(object()))
+
+
+#: The docs' example of fenced writes (absent where the suite runs from a wheel).
+FENCED = Path(__file__).resolve().parents[3] / "docs" / "examples" / "fenced.py"
+
+
+def test_the_docs_fenced_example(postgres_required: str) -> None:
+    """The "Across machines" page's example: a cycle publishes to the coordinating
+    database under fence(), another to a store checking fencing_token(), and the store
+    refuses a cycle older than the last one that wrote there."""
+    if not FENCED.exists():
+        pytest.skip("the docs are not beside this suite")
+    schema = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_required, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+    dsn = make_conninfo(postgres_required, options=f"-c search_path={schema}")
+    env = {**os.environ, "JOB_POSTGRES": dsn, "JOB_NAME": "nightly-report"}
+
+    def poll(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(FENCED), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+            check=False,
+        )
+
+    def fence_of_report() -> int:
+        with psycopg.connect(dsn) as conn:
+            return int(conn.execute("SELECT fence FROM report").fetchone()[0])
+
+    try:
+        here = poll()
+        assert 0 == here.returncode, here.stderr
+        assert here.stdout.startswith("published here: 42 rows (cycle ")
+        assert here.stdout.endswith(")\npoll: ran\n")
+        first = fence_of_report()
+        there = poll("there")
+        assert 0 == there.returncode, there.stderr
+        assert there.stdout.startswith("published there: 42 rows (cycle ")
+        assert fence_of_report() > first
+        with psycopg.connect(dsn) as conn:  # a later cycle wrote there, from elsewhere
+            conn.execute("UPDATE report SET fence = 9223372036854775806")
+        stale = poll("there")
+        assert 1 == stale.returncode
+        assert "not published: a later cycle than" in stale.stderr
+        assert 9223372036854775806 == fence_of_report()
+    finally:
+        close_postgres_sessions()
+        with psycopg.connect(postgres_required, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')

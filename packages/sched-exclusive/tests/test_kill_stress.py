@@ -71,9 +71,11 @@ def fire(tag, seed):
         ex = Exclusive.postgres(dsn, where[9:], logger=logger)
     else:
         ex = Exclusive(where, logger=logger)
-    ex._backend = storm.Journaled(ex._backend, journal, random.Random(rng.random()))
+    backend = storm.Journaled(ex._backend, journal, random.Random(rng.random()), into_job=True)
+    ex._backend = backend
     def job():
         journal.write("start")
+        backend.started()
         storm.spin(rng.randrange(0, 1500))
         journal.write("end")
     while True:

@@ -214,7 +214,7 @@ def test_an_earlier_table_a_role_may_not_alter_runs_without_tokens(
     (a job asking for one is told to run init-postgres), and says so once."""
     caplog.set_level(logging.WARNING, "sched_exclusive")
     sql(schema, EARLIER_TABLE)
-    search = conninfo_to_dict(schema)["options"].split("=")[-1]
+    search = str(conninfo_to_dict(schema)["options"]).split("=")[-1]
     sql(schema, f'GRANT USAGE ON SCHEMA "{search}" TO "{role}"')
     sql(schema, f'GRANT SELECT, INSERT, UPDATE ON sched_exclusive TO "{role}"')
     ex = Exclusive.postgres(make_conninfo(schema, user=role), "job")
@@ -243,7 +243,7 @@ def test_a_select_only_role_reads_pending_and_status(schema: str, role: str) -> 
     alone reads them (pending() used to insert the row first)."""
     assert "ready" in cli("init-postgres", schema).stdout
     Exclusive.postgres(schema, "job").run(lambda: None)
-    search = conninfo_to_dict(schema)["options"].split("=")[-1]
+    search = str(conninfo_to_dict(schema)["options"]).split("=")[-1]
     sql(schema, f'GRANT USAGE ON SCHEMA "{search}" TO "{role}"')
     sql(schema, f'GRANT SELECT ON sched_exclusive TO "{role}"')
     monitor = make_conninfo(schema, user=role)

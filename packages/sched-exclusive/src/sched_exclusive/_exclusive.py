@@ -167,9 +167,13 @@ class Exclusive:
         (PgBouncer ``pool_mode=transaction``), which breaks session locks, is
         refused with `CoordinationError`. ``arun`` and ``arun_or_skip`` talk
         to the database off the event loop. Connections are pooled per
-        process and per ``conninfo``; the table is created on first use (or
-        beforehand: ``python -m sched_exclusive init-postgres CONNINFO``).
-        See the "Across machines" page for the guarantees.
+        process and per ``conninfo``; the table is created by a holder's
+        first cycle (or beforehand: ``python -m sched_exclusive init-postgres
+        CONNINFO``), never by a read: `pending` needs SELECT alone. Each
+        cycle's fencing token (`fencing_token`) is drawn by the statement
+        that starts it, and a job writing to the same database can fence its
+        own transaction with `fence` (`afence`). See the "Across machines"
+        page for the guarantees.
 
         It needs the ``postgres`` extra (``pip install
         'sched-exclusive[postgres]'``, psycopg 3), imported only here.

@@ -3,24 +3,30 @@
 A holder that dies between its take of a request and the start of the job
 it took it for has lost that request (issue 18 item 11). An autocommit
 statement commits on the server before its answer travels back, so that
-window would be a whole round trip. Instead the start runs inside a
-transaction (``BEGIN`` and the statement, one round trip), and only once its
-answer is in does the holder send ``COMMIT`` — without waiting for the reply
-— and start the job: a holder dying before that leaves nothing committed
-(its session ends, PostgreSQL rolls back), one dying after it has started
-its job for all that matters. The window is the time from sending ``COMMIT``
-to the job's first instruction, as on flock.
+window would be a whole round trip. Instead the holder sends the start
+statement without the protocol's Sync message (libpq's pipeline mode, with a
+flush request): PostgreSQL runs it in an implicit transaction, sends its
+row, and keeps the transaction open — the row locked — until the Sync
+arrives. Only once the row is in does the holder send the Sync, without
+waiting for its reply, and start the job. A holder dying before that leaves
+nothing committed (its session ends, PostgreSQL rolls back); one dying after
+it has started its job, for all that matters. The window is the time from
+sending the Sync to the job's first instruction, as on flock; the server does
+the same work as for an autocommit statement.
 
-Until ``COMMIT`` is processed the row stays locked ``FOR UPDATE`` (half a
-round trip): requesters wait that long, and a fence waits for the token it
-then reads. The reply is read before the next statement on the session
-(:func:`settle`): a failed ``COMMIT`` means the session, and the lock, were
-lost.
+Until the Sync is processed the row stays locked ``FOR UPDATE`` (half a round
+trip): a requester arriving then waits that long, and a fence waits for the
+token it then reads. The Sync's reply is read before the next statement on
+the session (:func:`settle`); an error there means the session, and the
+lock, were lost. The statement is prepared once per connection.
 """
 
 from __future__ import annotations
 
+import re
 import select
+import typing
+import weakref
 from typing import Any
 
 import psycopg
@@ -28,48 +34,142 @@ from psycopg import pq
 
 from ._pgsession import Session, Settings, under_deadline
 
-__all__ = ["begin_and_run", "rollback", "send_commit", "settle"]
+__all__ = ["Prepared", "begin_and_run", "send_commit", "settle"]
+
+_OK = pq.ExecStatus
 
 
-def begin_and_run(
-    session: Session, settings: Settings, query: str, params: Any, doing: str
-) -> tuple[Any, ...]:
-    """``BEGIN`` and ``query`` in one round trip (client-side binding: the simple
-    protocol carries both); the transaction stays open. Returns ``query``'s row.
+@typing.final
+class Prepared(typing.NamedTuple):
+    """A statement for :func:`begin_and_run`: its name, its text with ``$n``
+    placeholders, and the parameter each ``$n`` takes."""
 
-    Raises:
-        OSError: as :func:`._pgsession.execute` (the transaction is then
-            aborted: :func:`rollback` it if the session lives).
-    """
+    name: bytes
+    sql: bytes
+    params: tuple[str, ...]
 
-    def talk() -> tuple[Any, ...] | None:
-        cursor = psycopg.ClientCursor(session.conn)
-        cursor.execute("BEGIN; " + query, params)
-        cursor.nextset()
-        found = cursor.fetchone()
-        return None if found is None else tuple(found)
+    @classmethod
+    def of(cls, name: str, query: str) -> Prepared:
+        """Prepare ``query``, written with psycopg's ``%(name)s`` placeholders."""
+        order: list[str] = []
 
-    row = under_deadline(session, settings, doing, talk)
-    if row is None:  # pragma: no cover - the start statement always returns its row
-        raise OSError(f"PostgreSQL returned no row ({doing})")
-    return row
+        def number(match: re.Match[str]) -> str:
+            if match[1] not in order:
+                order.append(match[1])
+            return f"${order.index(match[1]) + 1}"
 
+        sql = re.sub(r"%\((\w+)\)s", number, query)
+        return cls(name.encode(), sql.encode(), tuple(order))
 
-def rollback(session: Session, settings: Settings) -> None:
-    """End the transaction :func:`begin_and_run` left aborted by an error."""
-    under_deadline(session, settings, "rolling back", lambda: session.conn.execute("ROLLBACK"))
+    def values(self, params: dict[str, Any]) -> list[bytes | None]:
+        """The parameters in the text format (``None`` is NULL)."""
+        return [_text(params[name]) for name in self.params]
 
 
-def send_commit(session: Session) -> None:
-    """Send ``COMMIT``, and return without its reply (:func:`settle` reads it)."""
-    pgconn = session.conn.pgconn
-    pgconn.send_query(b"COMMIT")
+def _text(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, int):
+        return b"%d" % value
+    return str(value).encode()
+
+
+#: The statements prepared on each connection.
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _flush(pgconn: pq.abc.PGconn) -> None:
     while pgconn.flush():  # the socket's buffer is full: wait until it drains
         select.select([], [pgconn.socket], [])
 
 
+def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult | None:
+    """The next result (``None`` between two commands' results), waiting for it."""
+    while True:
+        pgconn.consume_input()
+        if not pgconn.is_busy():
+            return pgconn.get_result()
+        select.select([pgconn.socket], [], [])  # the deadline shuts the socket down
+
+
+def _failure(result: pq.abc.PGresult) -> psycopg.Error:
+    """The psycopg error a failed result stands for (its class from its SQLSTATE)."""
+    sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+    message = (result.error_message or b"").decode(errors="replace").strip()
+    try:
+        kind = psycopg.errors.lookup(sqlstate)
+    except KeyError:
+        kind = psycopg.DatabaseError
+    return kind(message)
+
+
+def _end_pipeline(pgconn: pq.abc.PGconn) -> None:
+    """Send the Sync, read every result up to its reply, and leave pipeline mode."""
+    pgconn.pipeline_sync()
+    _flush(pgconn)
+    while True:
+        result = _result(pgconn)
+        if result is not None and result.status == _OK.PIPELINE_SYNC:
+            break
+    pgconn.exit_pipeline_mode()
+
+
+def begin_and_run(
+    session: Session, settings: Settings, statement: Prepared, params: dict[str, Any], doing: str
+) -> tuple[bytes | None, ...]:
+    """Run ``statement`` in a transaction left open (see the module): its one row,
+    each value in the text format, ``None`` for NULL. Call :func:`send_commit` next.
+
+    Raises:
+        OSError: as :func:`._pgsession.execute` does; the transaction is then
+            over (rolled back) and the session out of pipeline mode, or the
+            session is lost.
+    """
+    conn = session.conn
+    pgconn = conn.pgconn
+
+    def talk() -> tuple[bytes | None, ...]:
+        prepared = _PREPARED.setdefault(conn, set())
+        fresh = statement.name not in prepared
+        pgconn.enter_pipeline_mode()
+        if fresh:
+            pgconn.send_prepare(statement.name, statement.sql)
+        pgconn.send_query_prepared(statement.name, statement.values(params))
+        pgconn.send_flush_request()
+        _flush(pgconn)
+        row: tuple[bytes | None, ...] = ()
+        for _ in range(2 if fresh else 1):  # the Prepare's result, then the statement's
+            result = _result(pgconn)
+            if result is None or result.status not in (_OK.COMMAND_OK, _OK.TUPLES_OK):
+                # The server skips to the Sync: the transaction is over.
+                failure = psycopg.OperationalError("no result") if result is None else None
+                _end_pipeline(pgconn)
+                raise failure or _failure(result)  # type: ignore[arg-type]
+            if result.status == _OK.TUPLES_OK and result.ntuples:
+                row = tuple(result.get_value(0, i) for i in range(result.nfields))
+            _result(pgconn)  # the end of this command's results
+        if fresh:
+            prepared.add(statement.name)
+        return row
+
+    return under_deadline(session, settings, doing, talk)
+
+
+def send_commit(session: Session) -> None:
+    """Send the Sync that commits the transaction :func:`begin_and_run` left open,
+    and return without its reply (:func:`settle` reads it)."""
+    pgconn = session.conn.pgconn
+    pgconn.pipeline_sync()
+    _flush(pgconn)
+
+
 def settle(session: Session, settings: Settings) -> None:
-    """Read the reply to the ``COMMIT`` of :func:`send_commit`, under the deadline.
+    """Read the reply to the Sync of :func:`send_commit`, under the deadline, and
+    leave pipeline mode.
 
     Raises:
         OSError: the commit failed or the session is gone (the cycle's start
@@ -79,15 +179,12 @@ def settle(session: Session, settings: Settings) -> None:
 
     def talk() -> None:
         while True:
-            pgconn.consume_input()
-            if not pgconn.is_busy():
+            result = _result(pgconn)
+            if result is None:
+                continue
+            if result.status == _OK.PIPELINE_SYNC:
                 break
-            select.select([pgconn.socket], [], [])  # the deadline shuts the socket down
-        failure = None
-        while (result := pgconn.get_result()) is not None:
-            if result.status != pq.ExecStatus.COMMAND_OK:
-                failure = (result.error_message or b"").decode(errors="replace").strip()
-        if failure is not None:
-            raise psycopg.OperationalError(f"the start of the cycle did not commit: {failure}")
+            raise _failure(result)
+        pgconn.exit_pipeline_mode()
 
     under_deadline(session, settings, "committing the start of a cycle", talk)

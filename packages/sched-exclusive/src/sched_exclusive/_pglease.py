@@ -32,7 +32,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from . import _pgsession
-from ._pgcommit import begin_and_run, rollback, send_commit, settle
+from ._pgcommit import Prepared, begin_and_run, send_commit, settle
 from ._pgsession import POOLING_ADVICE, Session, execute, pooling_error
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ class PgLease:
                         )
             return self._lost_reason is None
 
-    def run(self, query: str, params: dict[str, Any], doing: str) -> tuple[Any, ...]:
+    def run(
+        self, statement: Prepared, params: dict[str, Any], doing: str
+    ) -> tuple[bytes | None, ...]:
         """Run the start of a cycle on the held session, between the monitor's checks:
         in a transaction committed without waiting (see :mod:`._pgcommit`); ``params``
         gains ``pid``, the session's backend pid, for the statement to run only there.
@@ -147,16 +149,11 @@ class PgLease:
                 # Stored, not returned, inside the block: an exception a signal
                 # handler raises as the call returns must still release the turn.
                 row = begin_and_run(
-                    session, settings, query, {**params, "pid": session.server_pid}, doing
+                    session, settings, statement, {**params, "pid": session.server_pid}, doing
                 )
             except OSError as exc:
                 if not (session.aborted or session.conn.broken or session.conn.closed):
-                    try:
-                        rollback(session, settings)
-                    except OSError:
-                        pass  # lost meanwhile: said below
-                    else:
-                        raise  # the server refused: the session, and the lock, are there
+                    raise  # the server refused (rolled back): the session and the lock are there
                 self.lose(str(exc))
                 self._reported = True
                 raise OSError(errno.ENOLCK, f"the cycle lock was lost: {exc}") from exc

@@ -56,6 +56,7 @@ from ._advisory import advisory_key
 from ._backend import Change, Lease, NotStarted, Started
 from ._errors import CoordinationError, FencedOut
 from ._outcome import Outcome
+from ._pgcommit import Prepared
 from ._pglease import PgLease
 from ._pgsession import POOLING_ADVICE as ADVICE
 from ._pgsession import execute, pooling_error
@@ -134,7 +135,10 @@ FROM (SELECT 1) AS one LEFT JOIN new ON true"""
 
 
 _STARTS = {
-    (kind, tokens): _start_sql(kind, tokens=tokens)
+    (kind, tokens): Prepared.of(
+        f"sched_exclusive_start_{kind}{'' if tokens else '_tokenless'}",
+        _start_sql(kind, tokens=tokens),
+    )
     for kind in ("clear", "take")
     for tokens in (True, False)
 }
@@ -316,11 +320,11 @@ class PostgresBackend:
                     continue
                 return 0, _no_token(exc), _pgtable.explained(self.pool, exc)
             before, token, ours, present = row
-            if not ours:
+            if ours != b"t":
                 lease.lose(f"the start of a cycle ran in another PostgreSQL backend: {ADVICE}")
                 lease.locked  # noqa: B018 - marks the loss reported: one error, not two
                 raise NotStarted(errno.ENOLCK, f"the cycle lock was lost: {ADVICE}")
-            if present:
+            if present == b"t":
                 break
             self._vanished("row")
             if not fresh or row_made:  # gone mid-call: no demand left to serve
