@@ -4,9 +4,10 @@ A no-op ``Exclusive.postgres(...).run`` cycle with the lock free (a tick or a
 poll with nothing queued) makes five statements: take the lock, start the
 cycle (settle the counter, draw the fencing token, record the holder: one
 statement on the lock's session, committed without waiting), look at the
-counter after the run, release, look once more. The floor runs the very same statements, with the same
-parameters, through psycopg by hand, on the very connection the
-coordinator holds its lock on (so the same server process answers both). Also shown, in the
+counter after the run, release, look once more. The floor runs the very same
+statements, with the same parameters, through psycopg by hand, on the very
+connection the coordinator holds its lock on (so the same server process
+answers both). Also shown, in the
 same run: ``arun`` (its statements run off the event loop), and the flock
 backend's ``run`` on tmpfs, for scale.
 
