@@ -291,9 +291,9 @@ class PostgresBackend:
         fresh = lease not in self._started
         params = {"name": self.name, "fresh": fresh, "host": _HOST, "client_pid": _pgsession.pid()}
         facts = _pgtable.facts(self.pool)
-        if facts.where is None and not fresh:
-            # For fence(), once per process; before the start, never between its commit
-            # and the job (where it would widen the window that item 11 narrows).
+        if facts.where is None:
+            # For fence(), once per process (until the table exists); before the start,
+            # never between its commit and the job, the window item 11 narrows.
             with suppress(OSError):
                 _pgtable.learn_where(self.pool)
         table_made = row_made = False
