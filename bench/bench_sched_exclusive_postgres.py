@@ -124,7 +124,7 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
     }
     release = {"pid": pid, "key": key}
     on_lock, on_counter = lock.execute, counter.execute
-    start_sql = pg._start_sql("clear", tokens=True)
+    start_sql = pg._start_sql("clear", always=True, tokens=True)
 
     def op() -> None:
         won, _, _ = on_lock(pg._ACQUIRE, acquire).fetchone()  # type: ignore[misc]

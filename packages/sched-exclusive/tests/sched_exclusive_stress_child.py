@@ -97,8 +97,8 @@ class Journaled:
             return None
         return JitteredLease(lock, self.jitter)
 
-    def read_counter(self) -> int:
-        return self.inner.read_counter()
+    def read_counter(self, lease: Lease | None = None) -> int:
+        return self.inner.read_counter(lease.inner if isinstance(lease, JitteredLease) else lease)
 
     def update_counter(self, fn: Change) -> int:
         fcntl.flock(self.order, fcntl.LOCK_EX)
@@ -110,15 +110,15 @@ class Journaled:
         finally:
             fcntl.flock(self.order, fcntl.LOCK_UN)
 
-    def start(self, lease: Lease, change: Change) -> Started:
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
         inner = lease.inner if isinstance(lease, JitteredLease) else lease
         fcntl.flock(self.order, fcntl.LOCK_EX)
         self.holding = True
         try:
-            before, token, failed = self.inner.start(inner, change)
+            before, token, failed = self.inner.start(inner, change, always=always)
             if failed is None and change(before) != before:
                 self.journal.write("cnt", before, change(before))
-            runs = failed is None and (change.kind == "clear" or before > 0)
+            runs = always or (failed is None and (change.kind == "clear" or before > 0))
             if not (self.into_job and runs):
                 self.started()
             return before, token, failed

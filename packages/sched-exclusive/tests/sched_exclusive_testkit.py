@@ -313,15 +313,15 @@ class Hooked:
         if failure is not None:
             raise failure
 
-    def read_counter(self) -> int:
+    def read_counter(self, lease: Lease | None = None) -> int:
         self._counter_call()
-        return self.inner.read_counter()
+        return self.inner.read_counter(lease._inner if isinstance(lease, HookedLease) else lease)
 
     def update_counter(self, fn: Change) -> int:
         self._counter_call()
         return self.inner.update_counter(fn)
 
-    def start(self, lease: Lease, change: Change) -> Started:
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
         """The start of a cycle: one counter call (a failure injected here leaves the
         counter untouched and draws no token)."""
         inner = lease._inner if isinstance(lease, HookedLease) else lease
@@ -329,7 +329,7 @@ class Hooked:
             self._counter_call()
         except OSError as exc:
             return 0, OSError(exc.errno, f"no fencing token: {exc.strerror}"), exc
-        return self.inner.start(inner, change)
+        return self.inner.start(inner, change, always=always)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # fence, afence: the real backend's

@@ -52,7 +52,7 @@ class MemoryBackend:
     def try_acquire(self) -> MemoryLease | None:
         return MemoryLease(self.lock) if self.lock.acquire(blocking=False) else None
 
-    def read_counter(self) -> int:
+    def read_counter(self, lease: Lease | None = None) -> int:
         with self.guard:
             return self.count
 
@@ -61,7 +61,7 @@ class MemoryBackend:
             before, self.count = self.count, fn(self.count)
             return before
 
-    def start(self, lease: Lease, change: Change) -> Started:
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
         if not lease.locked:
             raise NotStarted(errno.ENOLCK, "the lease was lost")
         with self.guard:

@@ -102,7 +102,9 @@ class NotStarted(OSError):
 
     A backend raises it from :meth:`Backend.start` when starting would run a
     job unguarded (the lock's session is gone) or too early (an earlier
-    cycle's fenced transaction is still open).
+    cycle's fenced transaction is still open), and from
+    :meth:`Backend.read_counter` through a lease whose lock is gone: no
+    further cycle may start under it, and the call ends there (no handoff).
     """
 
 
@@ -134,8 +136,13 @@ class Backend(Protocol):
             OSError: the lock could not be probed at all.
         """
 
-    def read_counter(self) -> int:
+    def read_counter(self, lease: Lease | None = None) -> int:
         """Read the queued-request counter (unreadable content counts as zero).
+
+        Args:
+            lease: the lease the caller holds, if any: the read then sees
+                every change the cycles started under it made (a backend may
+                read through it).
 
         Raises:
             OSError: the counter could not be read.
@@ -156,18 +163,21 @@ class Backend(Protocol):
                 changed only if the failure came after the read.
         """
 
-    def start(self, lease: Lease, change: Change) -> Started:
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
         """Start a cycle under ``lease``: apply ``change`` and draw its token.
 
         Args:
             lease: the held lease the cycle runs under.
             change: ``CLEAR`` (a fresh acquisition) or ``TAKE_ONE`` (the
                 request the cycle serves).
+            always: the cycle starts whatever ``change`` finds (the first
+                run of a call), so a token is drawn in any case.
 
         Returns:
             The count before the change, the token, and the counter's
-            failure (see :data:`Started`). A ``TAKE_ONE`` that found nothing
-            to take starts no cycle: its token, if one was drawn, is unused.
+            failure (see :data:`Started`). Without ``always``, a
+            ``TAKE_ONE`` that found nothing to take starts no cycle, and
+            draws no token (or one that stays unused).
 
         Raises:
             NotStarted: the cycle must not start (see :class:`NotStarted`).

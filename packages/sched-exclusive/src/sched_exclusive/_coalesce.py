@@ -191,7 +191,9 @@ def coalesce(
             return _finish(failures, Outcome.GATED)
         # Our own entry: this run serves it. Otherwise every count is orphaned.
         try:
-            stale, token, counter_failed = backend.start(held, TAKE_ONE if own_entry else CLEAR)
+            stale, token, counter_failed = backend.start(
+                held, TAKE_ONE if own_entry else CLEAR, always=True
+            )
         except NotStarted as exc:
             raise CoordinationError.from_os_error(
                 exc, Outcome.QUEUED if own_entry else Outcome.NONE
@@ -218,7 +220,10 @@ def coalesce(
                 break  # a process the job forked: the lock and the counter are its parent's
             while True:  # find the next run, if any
                 try:
-                    pending = backend.read_counter()
+                    pending = backend.read_counter(held)  # through the lease while held
+                except NotStarted as exc:
+                    failures.append((exc, None))  # the lock is lost: no rerun, no handoff
+                    break
                 except OSError as exc:
                     failures.append((exc, None))
                     if held is None:

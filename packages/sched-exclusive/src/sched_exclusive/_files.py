@@ -154,7 +154,7 @@ class FileBackend:
     def try_acquire(self) -> Lock | None:
         return try_lock(self._lock_path)
 
-    def read_counter(self) -> int:
+    def read_counter(self, lease: Lease | None = None) -> int:
         return parse_count(self._slot.mutate(_unchanged))
 
     def update_counter(self, fn: Callable[[int], int]) -> int:
@@ -169,7 +169,7 @@ class FileBackend:
         self._slot.mutate(step)
         return seen
 
-    def start(self, lease: Lease, change: Change) -> Started:
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
         # The token first: a crash between the two then burns a token (gaps
         # are allowed) instead of widening the window between the take and
         # the job's start.

@@ -34,7 +34,7 @@ from psycopg import pq
 
 from ._pgsession import Session, Settings, under_deadline
 
-__all__ = ["Prepared", "begin_and_run", "send_commit", "settle"]
+__all__ = ["Prepared", "begin_and_run", "look", "send_commit", "settle", "settle_then"]
 
 _OK = pq.ExecStatus
 
@@ -107,15 +107,35 @@ def _failure(result: pq.abc.PGresult) -> psycopg.Error:
     return kind(message)
 
 
-def _end_pipeline(pgconn: pq.abc.PGconn) -> None:
-    """Send the Sync, read every result up to its reply, and leave pipeline mode."""
-    pgconn.pipeline_sync()
-    _flush(pgconn)
-    while True:
+def _to_sync(pgconn: pq.abc.PGconn, syncs: int) -> tuple[tuple[bytes | None, ...], Any]:
+    """Read every result up to the reply to the ``syncs``-th Sync sent and leave
+    pipeline mode; return the first row read, and the first failure (or ``None``)."""
+    row: tuple[bytes | None, ...] = ()
+    failure: psycopg.Error | None = None
+    while syncs:
         result = _result(pgconn)
-        if result is not None and result.status == _OK.PIPELINE_SYNC:
-            break
+        if result is None:
+            continue
+        if result.status == _OK.PIPELINE_SYNC:
+            syncs -= 1
+        elif result.status == _OK.TUPLES_OK:
+            if result.ntuples and not row:
+                row = tuple(result.get_value(0, i) for i in range(result.nfields))
+        elif result.status not in (_OK.COMMAND_OK, _OK.PIPELINE_ABORTED) and failure is None:
+            failure = _failure(result)
     pgconn.exit_pipeline_mode()
+    return row, failure
+
+
+def _send(pgconn: pq.abc.PGconn, conn: Any, statement: Prepared, params: dict[str, Any]) -> bool:
+    """Queue ``statement`` (prepared first on a connection that has not yet);
+    return whether the Prepare was queued too."""
+    prepared = _PREPARED.setdefault(conn, set())
+    fresh = statement.name not in prepared
+    if fresh:
+        pgconn.send_prepare(statement.name, statement.sql)
+    pgconn.send_query_prepared(statement.name, statement.values(params))
+    return fresh
 
 
 def begin_and_run(
@@ -133,12 +153,8 @@ def begin_and_run(
     pgconn = conn.pgconn
 
     def talk() -> tuple[bytes | None, ...]:
-        prepared = _PREPARED.setdefault(conn, set())
-        fresh = statement.name not in prepared
         pgconn.enter_pipeline_mode()
-        if fresh:
-            pgconn.send_prepare(statement.name, statement.sql)
-        pgconn.send_query_prepared(statement.name, statement.values(params))
+        fresh = _send(pgconn, conn, statement, params)
         pgconn.send_flush_request()
         _flush(pgconn)
         row: tuple[bytes | None, ...] = ()
@@ -146,14 +162,17 @@ def begin_and_run(
             result = _result(pgconn)
             if result is None or result.status not in (_OK.COMMAND_OK, _OK.TUPLES_OK):
                 # The server skips to the Sync: the transaction is over.
-                failure = psycopg.OperationalError("no result") if result is None else None
-                _end_pipeline(pgconn)
-                raise failure or _failure(result)  # type: ignore[arg-type]
+                pgconn.pipeline_sync()
+                _flush(pgconn)
+                _, failure = _to_sync(pgconn, 1)
+                if result is not None and failure is None:
+                    failure = _failure(result)
+                raise failure or psycopg.OperationalError(f"no answer ({doing})")
             if result.status == _OK.TUPLES_OK and result.ntuples:
                 row = tuple(result.get_value(0, i) for i in range(result.nfields))
             _result(pgconn)  # the end of this command's results
         if fresh:
-            prepared.add(statement.name)
+            _PREPARED[conn].add(statement.name)
         return row
 
     return under_deadline(session, settings, doing, talk)
@@ -178,13 +197,57 @@ def settle(session: Session, settings: Settings) -> None:
     pgconn = session.conn.pgconn
 
     def talk() -> None:
-        while True:
-            result = _result(pgconn)
-            if result is None:
-                continue
-            if result.status == _OK.PIPELINE_SYNC:
-                break
-            raise _failure(result)
-        pgconn.exit_pipeline_mode()
+        _, failure = _to_sync(pgconn, 1)
+        if failure is not None:
+            raise failure
 
     under_deadline(session, settings, "committing the start of a cycle", talk)
+
+
+def settle_then(
+    session: Session, settings: Settings, statement: Prepared, params: dict[str, Any], doing: str
+) -> tuple[bytes | None, ...]:
+    """:func:`settle`, with ``statement`` run right after the commit in the same round
+    trip; its row (``()`` when it returned none), in the text format.
+
+    Raises:
+        OSError: as :func:`settle`, or ``statement`` failed.
+    """
+    conn = session.conn
+    pgconn = conn.pgconn
+
+    def talk() -> tuple[bytes | None, ...]:
+        fresh = _send(pgconn, conn, statement, params)
+        pgconn.pipeline_sync()
+        _flush(pgconn)
+        row, failure = _to_sync(pgconn, 2)
+        if failure is not None:
+            raise failure
+        if fresh:
+            _PREPARED[conn].add(statement.name)
+        return row
+
+    return under_deadline(session, settings, doing, talk)
+
+
+def look(
+    session: Session, settings: Settings, statement: Prepared, params: dict[str, Any], doing: str
+) -> tuple[bytes | None, ...]:
+    """Run ``statement`` (a read) on its own, in one round trip: its row, as
+    :func:`settle_then` returns it."""
+    conn = session.conn
+    pgconn = conn.pgconn
+
+    def talk() -> tuple[bytes | None, ...]:
+        pgconn.enter_pipeline_mode()
+        fresh = _send(pgconn, conn, statement, params)
+        pgconn.pipeline_sync()
+        _flush(pgconn)
+        row, failure = _to_sync(pgconn, 1)
+        if failure is not None:
+            raise failure
+        if fresh:
+            _PREPARED[conn].add(statement.name)
+        return row
+
+    return under_deadline(session, settings, doing, talk)

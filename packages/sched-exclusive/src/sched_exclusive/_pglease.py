@@ -3,14 +3,15 @@
 * **The lease** owns its session from before the lock statement runs until
   its release completes; collected without ``unlock()`` (nothing else holds
   it strongly: the monitor's reference is weak), it closes its session,
-  which releases the lock. A held session serves only its lease's lock
-  statements (the check and the release here, the acquire in
-  :mod:`._postgres`); counter statements take a pooled session of their own,
-  so no other call, thread or forked child ever speaks on it.
+  which releases the lock. A held session serves only its holder's own
+  statements (the check, the release, the start of each cycle and the look
+  at the count after a run here, the acquire in :mod:`._postgres`); other
+  counter statements take a pooled session of their own, so no other call,
+  thread or forked child ever speaks on it.
 * **Liveness.** While a lease is held, the session monitor (one thread per
   process) watches its socket and checks the session every
-  :data:`SESSION_CHECK_INTERVAL` seconds; ``locked`` checks it once more
-  before each rerun. A loss sets the lease's ``lost_event``.
+  :data:`SESSION_CHECK_INTERVAL` seconds; the start of each cycle proves it
+  once more. A loss sets the lease's ``lost_event``.
 * **Ownership.** In a process forked from the holder, releasing the lease
   closes that process's copy of the socket without a word to the server
   (:mod:`._pgsession`'s fork rule).
@@ -32,7 +33,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from . import _pgsession
-from ._pgcommit import Prepared, begin_and_run, send_commit, settle
+from ._pgcommit import Prepared, begin_and_run, look, send_commit, settle, settle_then
 from ._pgsession import POOLING_ADVICE, Session, execute, pooling_error
 
 if TYPE_CHECKING:
@@ -142,7 +143,10 @@ class PgLease:
             session = self._session
             if session is None or self._lost_reason is not None:
                 self._reported = True
-                raise OSError(errno.ENOLCK, f"the cycle lock was lost: {self._lost_reason}")
+                raise OSError(
+                    errno.ENOLCK,
+                    f"the cycle lock was lost before the cycle could start: {self._lost_reason}",
+                )
             settings = self._backend.settings
             try:
                 self._settle(session)
@@ -158,14 +162,45 @@ class PgLease:
                 self._reported = True
                 raise OSError(errno.ENOLCK, f"the cycle lock was lost: {exc}") from exc
             except BaseException:
-                session.abort()  # no transaction may outlive an interrupt: end it all
+                self.close()  # an interrupt: no transaction, no pipeline may outlive it
                 raise
             try:
                 send_commit(session)
-                self._committing = True
             except BaseException as exc:
-                session.abort()
-                self.lose(f"the start of a cycle could not be committed: {exc!r}")
+                self.close()  # the lock goes with the session: nothing was committed
+                if not isinstance(exc, Exception):
+                    raise
+                raise OSError(
+                    errno.ENOLCK, f"the cycle lock was lost: the start did not commit: {exc!r}"
+                ) from exc
+            self._committing = True
+        return row
+
+    def look(
+        self, statement: Prepared, params: dict[str, Any], doing: str
+    ) -> tuple[bytes | None, ...]:
+        """Run one read of the holder's own on the held session: right behind the
+        commit of the cycle's start, if its reply is not in yet, in the same round
+        trip (so the read sees what the start wrote); ``()`` when it found no row.
+
+        Raises:
+            OSError: ``ENOLCK`` when the lock is lost; the read's failure.
+        """
+        with self._turn:
+            session = self._session
+            if session is None or self._lost_reason is not None:
+                self._reported = True
+                raise OSError(
+                    errno.ENOLCK, f"the cycle lock was lost while the job ran: {self._lost_reason}"
+                )
+            try:
+                if self._committing:
+                    self._committing = False
+                    row = settle_then(session, self._backend.settings, statement, params, doing)
+                else:
+                    row = look(session, self._backend.settings, statement, params, doing)
+            except BaseException:
+                self.close()  # whatever it was, the session's state is unknown
                 raise
         return row
 

@@ -78,6 +78,9 @@ SELECT CASE WHEN ours AND NOT held_here THEN pg_try_advisory_lock(%(key)s) END,
     pg_backend_pid(), held_here
 FROM here"""
 _READ = f"SELECT queued FROM {TABLE} WHERE name = %s"
+_READ_PREPARED = Prepared.of(
+    "sched_exclusive_read", f"SELECT queued FROM {TABLE} WHERE name = %(name)s"
+)
 _INSERT_ROW = f"INSERT INTO {TABLE} (name) VALUES (%(name)s) ON CONFLICT (name) DO NOTHING"
 _AFTER = {
     "enqueue": "CASE WHEN queued < %(capacity)s THEN queued + 1 ELSE queued END",
@@ -101,7 +104,7 @@ SELECT before FROM new"""
 _CLOCK_US = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 
-def _start_sql(kind: str, *, tokens: bool) -> str:
+def _start_sql(kind: str, *, always: bool, tokens: bool) -> str:
     """The statement starting a cycle that settles (``clear``) or takes (``take``).
 
     It runs only in the held session's backend, waits for fenced transactions
@@ -110,7 +113,7 @@ def _start_sql(kind: str, *, tokens: bool) -> str:
     session's backend, and whether the row was there. Without ``tokens`` (a table made by an earlier
     version that this role may not extend) it draws none.
     """
-    runs = "true" if kind == "clear" else "queued > 0"
+    runs = "true" if always or kind == "clear" else "queued > 0"
     draw = f"GREATEST(new.token + 1, {_CLOCK_US})" if tokens else "NULL::bigint"
     return f"""WITH old AS (
     SELECT queued{", token" if tokens else ""} FROM {TABLE}
@@ -135,11 +138,13 @@ FROM (SELECT 1) AS one LEFT JOIN new ON true"""
 
 
 _STARTS = {
-    (kind, tokens): Prepared.of(
-        f"sched_exclusive_start_{kind}{'' if tokens else '_tokenless'}",
-        _start_sql(kind, tokens=tokens),
+    (kind, always, tokens): Prepared.of(
+        f"sched_exclusive_start_{kind}{'_always' if always else ''}"
+        f"{'' if tokens else '_tokenless'}",
+        _start_sql(kind, always=always, tokens=tokens),
     )
     for kind in ("clear", "take")
+    for always in (True, False)
     for tokens in (True, False)
 }
 
@@ -235,11 +240,21 @@ class PostgresBackend:
             lease.close()  # the lock may have been taken: closing releases it
             raise
 
-    def read_counter(self) -> int:
-        """Read the counter with a SELECT alone (a missing table or row reads as zero)."""
+    def read_counter(self, lease: Lease | None = None) -> int:
+        """Read the counter with a SELECT alone (a missing table or row reads as zero):
+        through a held lease's session, right behind its cycle's commit, or on a pooled
+        session."""
         try:
-            (queued,) = self._pooled(_READ, (self.name,), "reading the counter")
+            if isinstance(lease, PgLease):
+                found = lease.look(_READ_PREPARED, {"name": self.name}, "reading the counter")
+                if not found:
+                    raise OSError(errno.ENODATA, "PostgreSQL returned no row")
+                (queued,) = found
+            else:
+                (queued,) = self._pooled(_READ, (self.name,), "reading the counter")
         except OSError as exc:
+            if lease is not None and exc.errno == errno.ENOLCK:
+                raise NotStarted(exc.errno, exc.strerror) from exc
             if exc.errno == errno.ENODATA:
                 self._vanished("row")
                 return 0
@@ -284,7 +299,7 @@ class PostgresBackend:
             raise
         self.pool.give(session)
 
-    def start(self, lease: Lease, change: Change) -> Started:
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
         """The start of a cycle, in one statement on the held session (see the module)."""
         if not isinstance(lease, PgLease):  # pragma: no cover - the rules pass our own
             raise TypeError(f"not a lease of this backend: {lease!r}")
@@ -300,12 +315,14 @@ class PostgresBackend:
         while True:
             try:
                 row = lease.run(
-                    _STARTS[change.kind, facts.tokens is not False], params, "starting a cycle"
+                    _STARTS[change.kind, always, facts.tokens is not False],
+                    params,
+                    "starting a cycle",
                 )
             except OSError as exc:
                 cause = exc.__cause__
                 if exc.errno == errno.ENOLCK:
-                    raise NotStarted(exc.errno, str(exc)) from exc
+                    raise NotStarted(exc.errno, exc.strerror) from exc
                 if isinstance(cause, pg_errors.QueryCanceled):
                     raise NotStarted(errno.ETIMEDOUT, self._waited(exc)) from exc
                 if isinstance(cause, pg_errors.UndefinedTable) and fresh and not table_made:
