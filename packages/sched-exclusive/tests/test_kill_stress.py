@@ -12,7 +12,8 @@ journal says).
 
 The take and the start of the cycle it serves are one step on both backends
 (one statement on PostgreSQL), so the remaining window is the time between
-that step's commit and the job's first instruction. CI runs a short variant;
+that step's commit and the job's first instruction. CI runs a short variant
+(a ``slow`` suite: once per run);
 ``SCHED_KILL_STRESS=1`` runs 3,000 kills per backend and holds both to at most
 2 incidents per 1,000 kills (the figures are printed either way)::
 
@@ -182,6 +183,7 @@ def where(world: World) -> str:
     return world.label if world.kind == "flock" else f"postgres:{world.label}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3600 if LONG else 300)
 def test_killed_holders_lose_almost_no_taken_request(world: World, tmp_path: Path) -> None:
     """8 processes, capacity 1, the holder SIGKILLed every 8-25 ms: a holder dying
