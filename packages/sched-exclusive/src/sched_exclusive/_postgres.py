@@ -26,7 +26,7 @@ creation and checks are in :mod:`._pgtable`):
   clock in µs)``; the first start of a holder also records it (host, pid,
   since) for ``status``. A holder dying around it took the request and
   drew the token, or neither.
-* **Fencing** (:meth:`PostgresBackend.fence`): the job's own transaction
+* **Fencing** (:mod:`._pgfence`): the job's own transaction
   locks the row ``FOR KEY SHARE`` and compares the tokens. ``FOR UPDATE``
   is the only row lock that conflicts with ``FOR KEY SHARE``: the start of
   a later cycle waits for the fenced transaction to end (at most the
@@ -51,11 +51,9 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
-from . import _pgpool, _pgsession, _pgtable
+from . import _pgfence, _pgpool, _pgsession, _pgtable
 from ._advisory import advisory_key
 from ._backend import Change, Lease, NotStarted, Started
-from ._errors import CoordinationError, FencedOut
-from ._outcome import Outcome
 from ._pgcommit import Prepared
 from ._pglease import PgLease
 from ._pgsession import POOLING_ADVICE as ADVICE
@@ -366,78 +364,11 @@ class PostgresBackend:
 
     def fence(self, conn: Any, token: int | OSError) -> int:
         """:func:`sched_exclusive.fence` for a job of this coordinator."""
-        import psycopg
-
-        if not isinstance(conn, psycopg.Connection):
-            raise TypeError(f"fence() takes a psycopg Connection, not {type(conn).__name__}")
-        query, ours = self._fence_query(conn.autocommit, token)
-        try:
-            row = conn.execute(query, {"name": self.name}).fetchone()
-        except psycopg.Error as exc:
-            raise self._fence_failed(exc, ours) from exc
-        return self._judge(row, ours)
+        return _pgfence.fence(self.name, self.pool, conn, token)
 
     async def afence(self, aconn: Any, token: int | OSError) -> int:
         """:func:`sched_exclusive.afence` for a job of this coordinator."""
-        import psycopg
-
-        if not isinstance(aconn, psycopg.AsyncConnection):
-            raise TypeError(f"afence() takes a psycopg AsyncConnection, not {type(aconn).__name__}")
-        query, ours = self._fence_query(aconn.autocommit, token)
-        try:
-            cursor = await aconn.execute(query, {"name": self.name})
-            row = await cursor.fetchone()
-        except psycopg.Error as exc:
-            raise self._fence_failed(exc, ours) from exc
-        return self._judge(row, ours)
-
-    def _fence_query(self, autocommit: bool, token: int | OSError) -> tuple[Any, int]:
-        """The fence statement, and the cycle's token (after the checks of ``fence()``)."""
-        if isinstance(token, OSError):
-            raise CoordinationError.from_os_error(token, Outcome.RAN) from token
-        if autocommit:
-            raise ValueError(
-                "fence() needs the connection's transaction, and this connection is in "
-                "autocommit mode: there is none to fence (open one: conn.transaction(), or "
-                "a connection with autocommit=False)"
-            )
-        facts = _pgtable.facts(self.pool)
-        if facts.fence is None:
-            _pgtable.learn_where(self.pool)
-        assert facts.fence is not None
-        return facts.fence, token
-
-    def _fence_failed(self, exc: BaseException, token: int) -> Exception:
-        if isinstance(exc, pg_errors.SerializationFailure):
-            # The only key update of the row is the start of a cycle: one has
-            # started since this transaction's snapshot.
-            return FencedOut(self.name, token, None)
-        if isinstance(exc, pg_errors.UndefinedTable):
-            return ValueError(
-                f"fence(): the database this connection reaches has no {TABLE} table: it "
-                f"must be the database job {self.name!r} is coordinated through ({exc})"
-            )
-        return CoordinationError(f"fence() of job {self.name!r} failed: {exc}")
-
-    def _judge(self, row: Any, token: int) -> int:
-        facts = _pgtable.facts(self.pool)
-        current, present, system, database = row
-        if (system, database) != facts.identity:
-            raise ValueError(
-                f"fence(): this connection reaches another database than the one job "
-                f"{self.name!r} is coordinated through (database {database} of system "
-                f"{system}, not {facts.identity[1]} of {facts.identity[0]})"  # type: ignore[index]
-            )
-        if not present:
-            raise CoordinationError(
-                errno.ENOENT,
-                f"fence(): the row of job {self.name!r} is gone (deleted by someone): its "
-                "cycle cannot be fenced",
-                outcome=Outcome.RAN,
-            )
-        if current is not None and int(current) > token:
-            raise FencedOut(self.name, token, int(current))
-        return token
+        return await _pgfence.afence(self.name, self.pool, aconn, token)
 
 
 def _no_token(exc: OSError | None) -> OSError:
