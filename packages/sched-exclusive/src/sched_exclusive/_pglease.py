@@ -77,7 +77,7 @@ class PgLease:
         self._lost_reason: str | None = None
         self._reported = False
         self._event: threading.Event | None = None  # made when first asked for
-        self._committing = False  # a COMMIT sent by run(), its reply unread
+        self._committing = False  # run() sent the Sync that commits its start, unread
         # One statement at a time on the session, the release after any check.
         self._turn = threading.Lock()
         self._session: Session | None = session  # last: owned from here on
@@ -205,7 +205,7 @@ class PgLease:
         return row
 
     def _settle(self, session: Session) -> None:
-        """Read the reply to the COMMIT :meth:`run` sent, if one is pending."""
+        """Read the reply to the Sync :meth:`run` sent, if one is pending."""
         if self._committing:
             self._committing = False
             settle(session, self._backend.settings)
