@@ -178,12 +178,21 @@ def begin_and_run(
     return under_deadline(session, settings, doing, talk)
 
 
-def send_commit(session: Session) -> None:
+def send_commit(session: Session, settings: Settings) -> None:
     """Send the Sync that commits the transaction :func:`begin_and_run` left open,
-    and return without its reply (:func:`settle` reads it)."""
+    and return without its reply (:func:`settle` reads it).
+
+    Raises:
+        OSError: it could not be sent (the session is gone, or its socket stayed
+            full past the deadline).
+    """
     pgconn = session.conn.pgconn
-    pgconn.pipeline_sync()
-    _flush(pgconn)
+
+    def talk() -> None:
+        pgconn.pipeline_sync()
+        _flush(pgconn)
+
+    under_deadline(session, settings, "committing the start of a cycle", talk)
 
 
 def settle(session: Session, settings: Settings) -> None:

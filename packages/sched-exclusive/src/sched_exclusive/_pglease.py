@@ -165,7 +165,7 @@ class PgLease:
                 self.close()  # an interrupt: no transaction, no pipeline may outlive it
                 raise
             try:
-                send_commit(session)
+                send_commit(session, settings)
             except BaseException as exc:
                 self.close()  # the lock goes with the session: nothing was committed
                 if not isinstance(exc, Exception):
