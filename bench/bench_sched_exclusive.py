@@ -5,9 +5,11 @@ Measures, per call, on the disk and on tmpfs (``/dev/shm``):
 - ``Exclusive.run`` with a no-op job and the lock free (the common case of a
   tick or a poll with nothing queued) against a floor doing the same system
   calls by hand with the same bytes: take the lock and write the holder line
-  (open, flock, pwrite, ftruncate), settle the counter before the run and
-  look at it after the run and again after the release (three flock'd reads
-  of ``cycle.queued``), release (flock ``LOCK_UN``, close);
+  (open, flock, pwrite, ftruncate), draw the cycle's fencing token (open
+  ``cycle.fence``, pread, pwrite, close), settle the counter before the run
+  and look at it after the run and again after the release (three flock'd
+  reads of ``cycle.queued``), release (flock ``LOCK_UN``, close); and, for
+  the record, the floor without the token, as it was before tokens;
 - the same for ``arun`` with a no-op coroutine, inside one event loop;
 - the busy paths against their floors: ``run_or_skip`` skipping (a failed
   probe) and ``run`` discarding (a failed probe, then a flock'd read of a
@@ -70,9 +72,20 @@ async def anoop() -> None:
 # --- floors: the same system calls, by hand -----------------------------------------
 
 
-def floor_run(directory: str) -> Op:
+def draw_token(path: str) -> int:
+    """The fencing token, by hand: read the last one, write the next in place."""
+    fd = os.open(path, OPEN_FLAGS, 0o644)
+    last = os.pread(fd, 64, 0)
+    token = max(int(last) + 1 if last else 1, time.time_ns() // 1000)
+    os.pwrite(fd, b"%d\n" % token, 0)
+    os.close(fd)
+    return token
+
+
+def floor_run(directory: str, *, token: bool = True) -> Op:
     lock_path = f"{directory}/cycle.lock"
     queue_path = f"{directory}/cycle.queued"
+    fence_path = f"{directory}/cycle.fence"
 
     def op() -> None:
         fd = os.open(lock_path, OPEN_FLAGS, 0o644)
@@ -80,6 +93,8 @@ def floor_run(directory: str) -> Op:
         line = format_holder_line(time.time_ns())
         os.pwrite(fd, line, 0)
         os.ftruncate(fd, len(line))
+        if token:
+            draw_token(fence_path)
         read_counter(queue_path)  # settle before the run (nothing stale)
         noop()
         read_counter(queue_path)  # nothing queued meanwhile
@@ -110,11 +125,13 @@ def floor_busy(directory: str, *, then_counter: bool, warn: bool = False) -> Op:
 def sched_lock_run(directory: str) -> Op:
     """The same steps through sched-lock's API: what the coalescing layer adds is the rest."""
     lock_path = f"{directory}/cycle.lock"
+    fence_path = f"{directory}/cycle.fence"
     mutate = SlotFile(f"{directory}/cycle.queued").mutate
 
     def op() -> None:
         lock = try_lock(lock_path)
         assert lock
+        draw_token(fence_path)
         parse(mutate(bytes))
         noop()
         parse(mutate(bytes))
@@ -202,7 +219,7 @@ def measure(ops: dict[str, Op], rounds: int, count: int) -> dict[str, float]:
     return _measure(ops, rounds, count, clock=time.process_time)
 
 
-FREE_FLOOR = "floor: lock+holder line, 3 counter reads, release"
+FREE_FLOOR = "floor: lock+holder line, token, 3 counter reads, release"
 FREE_OURS = "Exclusive.run(no-op)"
 
 
@@ -215,6 +232,9 @@ def bench_directory(report: Report, directory: str, rounds: int, count: int) -> 
         where = f"{directory} ({filesystem_type(work)})"
         free = {
             FREE_FLOOR: floor_run(str(dirs["floor"])),
+            "the floor without the token (before tokens)": floor_run(
+                str(dirs["floor"]), token=False
+            ),
             "the same steps through sched-lock's API": sched_lock_run(str(dirs["floor-async"])),
             FREE_OURS: ours_run(str(dirs["ours"])),
             "for scale: try_lock+unlock alone": bare_lock(str(dirs["ours"])),

@@ -1,11 +1,13 @@
 """Benchmark sched-exclusive's PostgreSQL backend against raw psycopg, in one run.
 
 A no-op ``Exclusive.postgres(...).run`` cycle with the lock free (a tick or a
-poll with nothing queued) makes five statements: take the lock (and record
-the holder), settle the counter, look at it after the run, release, look
-once more. The floor runs the very same statements, with the same
-parameters, through psycopg by hand, on the very connection the
-coordinator holds its lock on (so the same server process answers both). Also shown, in the
+poll with nothing queued) makes five statements: take the lock, start the
+cycle (settle the counter, draw the fencing token, record the holder: one
+statement on the lock's session, committed without waiting), look at the
+counter after the run, release, look once more. The floor runs the very same
+statements, with the same parameters, through psycopg by hand, on the very
+connection the coordinator holds its lock on (so the same server process
+answers both). Also shown, in the
 same run: ``arun`` (its statements run off the event loop), and the flock
 backend's ``run`` on tmpfs, for scale.
 
@@ -97,10 +99,10 @@ async def anoop() -> None:
 
 def floor_run(dsn: str, connections: int = 2) -> Op:
     """The same statements, by hand, through psycopg, as the backend sends them:
-    the lock's on one connection (the lock session), the counter's on a second
-    (a pooled session), both prepared from the first call on. With one
-    connection, all five go on it (as a hand-written loop would, and as the
-    backend did before its counter statements left the held session)."""
+    the lock's and the start of the cycle on one connection (the lock session),
+    the counter's looks on a second (a pooled session), both prepared from the
+    first call on. With one connection, all five go on it (as a hand-written
+    loop would)."""
     import psycopg
 
     from sched_exclusive import _pglease
@@ -121,18 +123,23 @@ def floor_run(dsn: str, connections: int = 2) -> Op:
         "key": key,
         "high": (key >> 32) & 0xFFFFFFFF,
         "low": key & 0xFFFFFFFF,
+    }
+    start = {
+        "pid": pid,
+        "token": token,
+        "name": NAME,
+        "fresh": True,
         "host": socket.gethostname(),
         "client_pid": os.getpid(),
-        "name": NAME,
     }
-    clear = {"name": NAME, "capacity": 0}
     release = {"pid": pid, "token": token, "key": key}
     on_lock, on_counter = lock.execute, counter.execute
+    start_sql = pg._start_sql("clear", always=True, tokens=True)
 
     def op() -> None:
         won, _, _ = on_lock(pg._ACQUIRE, acquire).fetchone()  # type: ignore[misc]
         assert won
-        on_counter(pg._CHANGES["clear"], clear).fetchone()
+        on_lock(start_sql, start).fetchone()  # autocommit: the library commits without waiting
         noop()
         on_counter(pg._READ, (NAME,)).fetchone()
         on_lock(_pglease._RELEASE, release).fetchone()
@@ -211,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         ["--quick"] if args.quick else [],
         f"Median of {rounds} rounds of {plural(count, 'call')} of each variant in turn, "
         "wall-clock. The baseline is raw psycopg running the same statements, with the same "
-        "parameters, on two connections as the backend does: the lock's statements on one, "
-        "the counter's on the other.",
+        "parameters, on two connections as the backend does: the lock's statements and the "
+        "start of the cycle on one, the counter's looks on the other.",
         title="sched-exclusive on PostgreSQL",
     )
     report.section("Lock free, nothing queued: run a no-op job")

@@ -201,6 +201,12 @@ def send_failed() -> BaseException:
     return sched_trigger.SendFailed(errno.EPIPE, os.strerror(errno.EPIPE), "/run/d.sock")
 
 
+def fenced_out() -> BaseException:
+    # A real one needs a PostgreSQL server, which this suite does not start:
+    # sched-exclusive's test_postgres_fence.py meets it for real; build it as fence() does.
+    return sched_exclusive.FencedOut("nightly-report", 41, 42)
+
+
 def already_serving() -> BaseException:
     with short_dir() as tmp:
         first = sched_trigger.listen(tmp / "d.sock")
@@ -234,6 +240,10 @@ CASES: dict[str, tuple[Callable[[], BaseException], list[str]]] = {
     "sched_exclusive.RunError": (
         exclusive_job_failed,
         ["cycle run failed (outcome ran): RuntimeError: command exited -15"],
+    ),
+    "sched_exclusive.FencedOut": (
+        fenced_out,
+        ["'nightly-report'", "cycle 41 is fenced out", "(42)", "roll this transaction back"],
     ),
     "sched_exclusive.CoordinationError": (
         exclusive_directory_gone,

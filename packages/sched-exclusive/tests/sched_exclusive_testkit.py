@@ -21,6 +21,7 @@ from __future__ import annotations
 import dis
 import importlib
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from types import CodeType, FrameType, FunctionType, ModuleType
 from typing import Any, Protocol, final
 
 from sched_exclusive import Exclusive, advisory_key
-from sched_exclusive._backend import Backend, Change, Lease
+from sched_exclusive._backend import Backend, Change, Lease, Started
 from sched_exclusive._files import parse_count
 from sched_lock import try_lock
 
@@ -141,7 +142,13 @@ class PgWorld:
         self.name = self.label = name or f"test-{uuid.uuid4().hex[:12]}"
         self.key = advisory_key(self.name)
         self.conn = self._connect()
-        self.exclusive().pending()  # the table exists from here on
+        from sched_exclusive._pgpool import pool_for
+        from sched_exclusive._postgres import init_table
+
+        init_table(pool_for(dsn))  # the table exists from here on, and the name's row
+        self.conn.execute(
+            "INSERT INTO sched_exclusive (name) VALUES (%s) ON CONFLICT DO NOTHING", (self.name,)
+        )
         self._held: list[PgHeld] = []
         self._spares: list[Any] = []  # holders' sessions, idle, reused
 
@@ -306,13 +313,26 @@ class Hooked:
         if failure is not None:
             raise failure
 
-    def read_counter(self) -> int:
+    def read_counter(self, lease: Lease | None = None) -> int:
         self._counter_call()
-        return self.inner.read_counter()
+        return self.inner.read_counter(lease._inner if isinstance(lease, HookedLease) else lease)
 
     def update_counter(self, fn: Change) -> int:
         self._counter_call()
         return self.inner.update_counter(fn)
+
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+        """The start of a cycle: one counter call (a failure injected here leaves the
+        counter untouched and draws no token)."""
+        inner = lease._inner if isinstance(lease, HookedLease) else lease
+        try:
+            self._counter_call()
+        except OSError as exc:
+            return 0, OSError(exc.errno, f"no fencing token: {exc.strerror}"), exc
+        return self.inner.start(inner, change, always=always)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # fence, afence: the real backend's
 
 
 def hooked(ex: Exclusive) -> Hooked:
@@ -394,12 +414,15 @@ class Interrupter:
     Counts only the points inside ``codes`` (the library's own functions) and
     only while no exception is being handled (a second interrupt during the
     cleanup of a first is another matter). Used as a context manager around
-    one call; ``fired`` tells whether the n-th point was reached.
+    one call; ``fired`` tells whether the n-th point was reached. With
+    ``crash``, the process kills itself there instead (SIGKILL: a crash
+    between two steps of the library, for a child process to suffer).
     """
 
-    def __init__(self, codes: frozenset[CodeType], n: int) -> None:
+    def __init__(self, codes: frozenset[CodeType], n: int, *, crash: bool = False) -> None:
         self._codes = codes
         self._n = n
+        self._crash = crash
         self._seen = 0
         # Per frame: the offset where the next instruction is a point (just
         # after a call that returned, or anywhere after a backward jump).
@@ -439,6 +462,8 @@ class Interrupter:
                 self._seen += 1
                 if self._seen == self._n:
                     self.fired = True
+                    if self._crash:
+                        os.kill(os.getpid(), signal.SIGKILL)
                     raise KeyboardInterrupt
         elif event == "return":
             self._next.pop(frame, None)

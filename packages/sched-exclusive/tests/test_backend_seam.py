@@ -16,7 +16,7 @@ from typing import final
 import pytest
 
 from sched_exclusive import Outcome, RunError
-from sched_exclusive._backend import Backend
+from sched_exclusive._backend import Backend, Change, Lease, NotStarted, Started
 from sched_exclusive._coalesce import Lines, coalesce
 from sched_exclusive._exclusive import _drive
 
@@ -45,13 +45,14 @@ class MemoryBackend:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.guard = threading.Lock()
+        self.guard = threading.RLock()
         self.count = 0
+        self.token = 0
 
     def try_acquire(self) -> MemoryLease | None:
         return MemoryLease(self.lock) if self.lock.acquire(blocking=False) else None
 
-    def read_counter(self) -> int:
+    def read_counter(self, lease: Lease | None = None) -> int:
         with self.guard:
             return self.count
 
@@ -59,6 +60,13 @@ class MemoryBackend:
         with self.guard:
             before, self.count = self.count, fn(self.count)
             return before
+
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+        if not lease.locked:
+            raise NotStarted(errno.ENOLCK, "the lease was lost")
+        with self.guard:
+            self.token += 1
+            return self.update_counter(change), self.token, None
 
 
 def request(backend: Backend, job: Callable[[], object], *, queue: bool = True) -> Outcome:

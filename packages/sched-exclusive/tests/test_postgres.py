@@ -692,7 +692,7 @@ async def two_calls_on_one_thread(pg: PgWorld) -> None:
             await asyncio.sleep(0)
             row = pg.conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                ("%FOR UPDATE%",),
+                ("%FOR NO KEY UPDATE%",),  # a requester's change of the counter
             ).fetchone()
             waiting = None if row is None else int(row[0])
         row_lock.rollback()

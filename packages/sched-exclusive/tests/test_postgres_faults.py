@@ -137,7 +137,7 @@ def test_a_child_forked_during_a_check_returns_at_once(pg: PgWorld) -> None:
     flight, holding the lease's turn, when the job forks: the child returns from the
     job and its call ends at once (it never waits for a turn only the parent's thread
     could give back), leaving the lock to the parent."""
-    from sched_exclusive import _exclusive
+    from sched_exclusive import _fence
 
     ex = pg.exclusive(statement_timeout=2)
     parent = os.getpid()
@@ -145,7 +145,9 @@ def test_a_child_forked_during_a_check_returns_at_once(pg: PgWorld) -> None:
     answers: list[str] = []
 
     def job() -> None:
-        lease: PgLease = _exclusive._RUNNING.get()  # type: ignore[assignment]  # this job's
+        cycle = _fence.RUNNING.get()  # the cycle this job runs as
+        assert cycle is not None
+        lease: PgLease = cycle.lease  # type: ignore[assignment]  # this backend's
         backend = holder_backend(pg.conn, pg.name)
         assert backend is not None
         if not local_backend(backend):

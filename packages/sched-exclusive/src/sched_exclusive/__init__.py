@@ -16,9 +16,13 @@ if sys.platform == "win32":  # pragma: no cover - POSIX only
 from ._advisory import advisory_key as advisory_key
 from ._errors import CoordinationError as CoordinationError
 from ._errors import ExclusiveError as ExclusiveError
+from ._errors import FencedOut as FencedOut
 from ._errors import RunError as RunError
 from ._exclusive import Exclusive as Exclusive
-from ._exclusive import lock_lost as lock_lost
+from ._fence import afence as afence
+from ._fence import fence as fence
+from ._fence import fencing_token as fencing_token
+from ._fence import lock_lost as lock_lost
 from ._outcome import LOCK_NAME as LOCK_NAME
 from ._outcome import QUEUE_NAME as QUEUE_NAME
 from ._outcome import Outcome as Outcome
@@ -29,9 +33,13 @@ __all__ = [
     "CoordinationError",
     "Exclusive",
     "ExclusiveError",
+    "FencedOut",
     "Outcome",
     "RunError",
     "advisory_key",
+    "afence",
+    "fence",
+    "fencing_token",
     "lock_lost",
 ]
 

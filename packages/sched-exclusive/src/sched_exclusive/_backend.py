@@ -1,6 +1,6 @@
 """The seam between the coalescing rules and what coordinates processes.
 
-The rules in :mod:`._coalesce` need exactly two things, and ask for them
+The rules in :mod:`._coalesce` need exactly three things, and ask for them
 through :class:`Backend` only:
 
 * a non-blocking exclusive lock held for the whole run, released by the
@@ -9,7 +9,13 @@ through :class:`Backend` only:
 * an atomic read-modify-write transaction on one small non-negative counter,
   asked for as a :class:`Change` (one of three, each a pure function of the
   count that also says what it is, so that a backend that cannot run Python
-  under its lock, a database, can express it in its own terms).
+  under its lock, a database, can express it in its own terms);
+* the start of each cycle under a held lease (:meth:`Backend.start`): the
+  counter settled or one request taken, and the cycle's *fencing token*
+  drawn, a positive integer larger than every token of the name before it.
+  A backend that can do both in one step does (a database: one statement,
+  so that a holder dying around it either took the request and drew the
+  token, or neither).
 
 A second backend implements this protocol and reuses every rule unchanged:
 which run starts when, what the counter becomes, what is logged, what a
@@ -24,9 +30,10 @@ Three duties fall on a backend's lease because only it can meet them:
   owner (for flock: close without ``LOCK_UN``; for a database session: drop
   the inherited connection without a word on it). The rules themselves
   never touch the counter or start a run in such a process.
-* **Liveness.** ``locked`` tells whether the lease still holds the lock; the
-  rules ask before each rerun, so a lease that can be lost (a dropped
-  database session) stops the reruns instead of running unguarded.
+* **Liveness.** ``locked`` tells whether the lease still holds the lock. The
+  start of every cycle proves it once more: a backend whose lock can be lost
+  (a dropped database session) raises :class:`NotStarted` from
+  :meth:`Backend.start` instead of starting a cycle unguarded.
 * **Collection.** A lease dropped without ``unlock()`` releases the lock when
   it is collected. An exception from a signal handler can surface just as
   ``try_acquire`` returns, before the rules hold the lease; CPython then
@@ -46,7 +53,7 @@ if TYPE_CHECKING:
 else:  # the protocols only speak to type checkers: no typing import at run time
     Protocol = object
 
-__all__ = ["CLEAR", "TAKE_ONE", "Backend", "Change", "Lease", "enqueue"]
+__all__ = ["CLEAR", "TAKE_ONE", "Backend", "Change", "Lease", "NotStarted", "Started", "enqueue"]
 
 
 @final
@@ -86,6 +93,25 @@ def enqueue(capacity: int) -> Change:
     return Change("enqueue", capacity)
 
 
+#: What :meth:`Backend.start` returns: the count before the change, the
+#: cycle's token (or why the cycle has none: the error a job asking for it
+#: gets), and the counter's failure, if any (the rules then act as for any
+#: counter failure: the first run and a handoff start all the same, a rerun
+#: does not).
+Started = tuple[int, int | OSError, OSError | None]
+
+
+class NotStarted(OSError):
+    """The cycle must not start: nothing ran under it and the counter is as it was.
+
+    A backend raises it from :meth:`Backend.start` when starting would run a
+    job unguarded (the lock's session is gone) or too early (an earlier
+    cycle's fenced transaction is still open), and from
+    :meth:`Backend.read_counter` through a lease whose lock is gone: no
+    further cycle may start under it, and the call ends there (no handoff).
+    """
+
+
 class Lease(Protocol):
     """A held exclusive lock (see the module documentation for its duties)."""
 
@@ -114,8 +140,13 @@ class Backend(Protocol):
             OSError: the lock could not be probed at all.
         """
 
-    def read_counter(self) -> int:
+    def read_counter(self, lease: Lease | None = None) -> int:
         """Read the queued-request counter (unreadable content counts as zero).
+
+        Args:
+            lease: the lease the caller holds, if any: the read then sees
+                every change the cycles started under it made (a backend may
+                read through it).
 
         Raises:
             OSError: the counter could not be read.
@@ -134,4 +165,24 @@ class Backend(Protocol):
         Raises:
             OSError: the transaction failed; the counter may or may not have
                 changed only if the failure came after the read.
+        """
+
+    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+        """Start a cycle under ``lease``: apply ``change`` and draw its token.
+
+        Args:
+            lease: the held lease the cycle runs under.
+            change: ``CLEAR`` (a fresh acquisition) or ``TAKE_ONE`` (the
+                request the cycle serves).
+            always: the cycle starts whatever ``change`` finds (the first
+                run of a call), so a token is drawn in any case.
+
+        Returns:
+            The count before the change, the token, and the counter's
+            failure (see :data:`Started`). Without ``always``, a
+            ``TAKE_ONE`` that found nothing to take starts no cycle, and
+            draws no token (or one that stays unused).
+
+        Raises:
+            NotStarted: the cycle must not start (see :class:`NotStarted`).
         """

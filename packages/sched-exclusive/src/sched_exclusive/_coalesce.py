@@ -17,7 +17,8 @@ The rules, in the order a call meets them (they are the Go library's):
    busy, the request stays queued (``queued``, and only then logged so).
 4. Holding the lock, consult the gate: closed means ``gated``, nothing run,
    the counter untouched (a re-probing requester's own entry stays queued).
-5. Settle the counter before the first run. After a fresh acquisition (the
+5. Start the first cycle: settle the counter and draw the cycle's fencing
+   token (one step of the backend). After a fresh acquisition (the
    first probe succeeded) any count is orphaned — left by a crashed holder,
    deferred by a holder that retired at its cap or gate, or recorded by a
    requester whose re-probe will find this call holding the lock — and the
@@ -26,12 +27,16 @@ The rules, in the order a call meets them (they are the Go library's):
    the count holds this call's own entry, which this run satisfies: take
    exactly that one entry, silently; the rest are other requests and are
    served as reruns. The lock is won, so a counter failure here is reported
-   and the run still starts.
-6. Run the job. Then, while requests are queued, take one and rerun (each
-   request is owed a run, whether the previous one failed or not), checking
-   the rerun cap, the gate and that the lock is still held before each. At
-   the cap or a closed gate, or on a counter failure, stop consuming and go
-   to step 7.
+   and the run still starts (without a token if none could be drawn). A
+   backend that refuses the start (the lock's session is gone, or an
+   earlier cycle's fenced transaction is still open) ends the call with
+   nothing run.
+6. Run the job. Then, while requests are queued, start the next cycle by
+   taking one (each request is owed a run, whether the previous one failed
+   or not), checking the rerun cap and the gate before each; the start
+   itself proves the lock is still held. At the cap or a closed gate, or on
+   a counter failure, stop consuming and go to step 7; if the backend
+   refuses the start, stop there.
 7. Release, then read the counter once more: a request that found the lock
    busy just before the release and whose re-probe came too early is served
    by taking the lock back (a handoff), unless the gate is closed or the cap
@@ -55,12 +60,11 @@ cancellation) propagates with the lock already released.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 from collections.abc import Callable, Generator
 
-from ._backend import CLEAR, TAKE_ONE, Backend, Lease, enqueue
+from ._backend import CLEAR, TAKE_ONE, Backend, Lease, NotStarted, enqueue
 from ._compat import TYPE_CHECKING, final
 from ._errors import CoordinationError, RunError
 from ._outcome import Outcome
@@ -68,15 +72,32 @@ from ._outcome import Outcome
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["MAX_RERUNS", "Lines", "Step", "coalesce"]
+__all__ = ["MAX_RERUNS", "Cycle", "Lines", "Step", "coalesce"]
 
 #: The most queued reruns one call executes, across consume loops and
 #: handoffs, before it retires and leaves the rest for the next acquisition.
 MAX_RERUNS = 8
 
-#: What :func:`coalesce` yields for (the held lease: "run the job now"),
+
+@final
+class Cycle:
+    """One run about to start: the lease it runs under and its fencing token.
+
+    ``token`` is an :class:`OSError` when none could be drawn (it is what
+    a job asking for its token gets). ``backend`` is the coordinator's.
+    """
+
+    __slots__ = ("backend", "lease", "token")
+
+    def __init__(self, backend: Backend, lease: Lease, token: int | OSError) -> None:
+        self.backend = backend
+        self.lease = lease
+        self.token = token
+
+
+#: What :func:`coalesce` yields for (the cycle to run: "run the job now"),
 #: receives (the job's exception or ``None``) and returns.
-Step = Generator[Lease, Exception | None, Outcome]
+Step = Generator[Cycle, Exception | None, Outcome]
 
 #: Each failure of a call with the attempt it belongs to: 0 for the call's
 #: own run, n for the n-th rerun, ``None`` for the gate, the lock or the
@@ -170,26 +191,30 @@ def coalesce(
             log(logging.INFO, "cycle gate closed; skipping run")
             held = _release(held, failures)
             return _finish(failures, Outcome.GATED)
+        # Our own entry: this run serves it. Otherwise every count is orphaned.
         try:
-            if own_entry:
-                backend.update_counter(TAKE_ONE)  # our own entry: this run serves it
-            else:
-                stale = backend.update_counter(CLEAR)
-                if stale:
-                    log(
-                        logging.WARNING,
-                        "stale queued-run marker cleared at startup (%d pending)",
-                        stale,
-                        pending=stale,
-                    )
-        except OSError as exc:
-            failures.append((exc, None))  # the lock is won: the run starts all the same
+            stale, token, counter_failed = backend.start(
+                held, TAKE_ONE if own_entry else CLEAR, always=True
+            )
+        except NotStarted as exc:
+            raise CoordinationError.from_os_error(
+                exc, Outcome.QUEUED if own_entry else Outcome.NONE
+            ) from exc
+        if counter_failed is not None:
+            failures.append((counter_failed, None))  # the lock is won: the run starts all the same
+        elif stale and not own_entry:
+            log(
+                logging.WARNING,
+                "stale queued-run marker cleared at startup (%d pending)",
+                stale,
+                pending=stale,
+            )
 
         reruns = 0
         attempt: int | None = 0  # of the run about to start; None: no more runs
         while attempt is not None:
             assert held is not None  # a run starts only under the lock
-            failure = yield held
+            failure = yield Cycle(backend, held, token)
             if failure is not None:
                 failures.append((failure, attempt))
             attempt = None
@@ -197,7 +222,10 @@ def coalesce(
                 break  # a process the job forked: the lock and the counter are its parent's
             while True:  # find the next run, if any
                 try:
-                    pending = backend.read_counter()
+                    pending = backend.read_counter(held)  # through the lease while held
+                except NotStarted as exc:
+                    failures.append((exc, None))  # the lock is lost: no rerun, no handoff
+                    break
                 except OSError as exc:
                     failures.append((exc, None))
                     if held is None:
@@ -251,17 +279,19 @@ def coalesce(
                         "queued demand arrived after release; took the cycle lock back",
                         pending=pending,
                     )
-                elif not held.locked:
-                    failures.append((_lost(), None))  # never rerun unguarded
-                    break
                 try:
-                    had = backend.update_counter(TAKE_ONE) > 0
-                except OSError as exc:
-                    failures.append((exc, None))
+                    before, token, counter_failed = backend.start(held, TAKE_ONE)
+                except NotStarted as exc:
+                    failures.append((exc, None))  # never rerun unguarded, nor too early
+                    break
+                if counter_failed is not None:
+                    failures.append((counter_failed, None))
                     if not handoff:
                         held = _release(held, failures)  # stop consuming; look once more
                         continue
                     had = True  # a handoff runs for the demand it saw, as in Go
+                else:
+                    had = before > 0
                 if had:
                     reruns += 1
                     attempt = reruns
@@ -297,14 +327,6 @@ def _release(held: Lease | None, failures: Failures) -> Lease | None:
         except OSError as exc:
             failures.append((exc, None))
     return None
-
-
-def _lost() -> OSError:
-    return OSError(
-        errno.ENOLCK,
-        "the cycle lock was lost before a rerun (its holder's session or descriptor is gone); "
-        "the queued demand stays recorded",
-    )
 
 
 def _finish(failures: Failures, outcome: Outcome) -> Outcome:

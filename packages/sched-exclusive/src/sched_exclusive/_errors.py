@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 from ._compat import final
 from ._outcome import Outcome
 
-__all__ = ["CoordinationError", "ExclusiveError", "RunError"]
+__all__ = ["CoordinationError", "ExclusiveError", "FencedOut", "RunError"]
 
 
 class ExclusiveError(Exception):
@@ -199,3 +200,44 @@ def describe_group(group: BaseExceptionGroup[BaseException]) -> str:
     first, *rest = group.exceptions
     text = f"{group.message}: {describe(first)}"
     return f"{text} (and {len(rest)} more)" if rest else text
+
+
+@final
+class FencedOut(ExclusiveError, OSError):
+    """A later cycle of the job has started: the fenced transaction must not commit.
+
+    Raised by :func:`fence` and :func:`afence` when the cycle the job runs
+    as is no longer the latest of its name: its lock was lost (a partition,
+    a paused holder, a failover) and another cycle started since. Roll the
+    transaction back; the later cycle does the work. It is an
+    :class:`OSError` with ``errno.ENOLCK``, as the other lost-lock errors of
+    this package are, and its ``outcome`` is :attr:`Outcome.RAN` (the job
+    was running).
+
+    Args:
+        name: the job's name.
+        token: the fencing token of the job's cycle.
+        newer: the token of the later cycle that has started, or ``None`` when
+            PostgreSQL refused the transaction's older snapshot of the row (in
+            REPEATABLE READ or SERIALIZABLE) before it could be read.
+
+    Attributes:
+        name: the job's name.
+        token: the fencing token of the job's cycle.
+        newer: the token of the later cycle, or ``None``.
+    """
+
+    def __init__(self, name: str, token: int, newer: int | None) -> None:
+        later = "a later cycle" if newer is None else f"a later cycle ({newer})"
+        super().__init__(
+            errno.ENOLCK,
+            f"job {name!r}: cycle {token} is fenced out, {later} has started; "
+            "roll this transaction back",
+        )
+        self.name = name
+        self.token = token
+        self.newer = newer
+        self.outcome = Outcome.RAN
+
+    def __reduce__(self) -> tuple[type[FencedOut], tuple[str, int, int | None]]:
+        return (type(self), (self.name, self.token, self.newer))

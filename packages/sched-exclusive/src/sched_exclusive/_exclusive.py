@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import contextvars
 import errno
 import logging
+import math
 import os
 import stat
-import threading
 from collections.abc import Awaitable, Callable
 
-from ._backend import Backend, Lease
-from ._coalesce import Lines, Step, coalesce
+from ._backend import Backend
+from ._coalesce import Cycle, Lines, Step, coalesce
 from ._compat import TYPE_CHECKING, final
 from ._errors import CoordinationError
+from ._fence import RUNNING as _RUNNING
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
 
@@ -23,47 +23,14 @@ if TYPE_CHECKING:
 
     from ._durations import Duration
 
-__all__ = ["Exclusive", "lock_lost"]
+__all__ = ["Exclusive"]
 
 _LOGGER = logging.getLogger("sched_exclusive")
-#: The lease of the job running in this context (set by the drivers around each run).
-_RUNNING: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
-    "sched_exclusive_running", default=None
-)
-
-
-def lock_lost() -> threading.Event:
-    """The event set when the running job's cycle lock is lost.
-
-    Call it from inside a job run by :class:`Exclusive` (the call's own run or
-    a rerun, sync or asyncio), before a side effect that must not happen
-    unguarded, and stop if it is set::
-
-        def job() -> None:
-            lost = lock_lost()
-            prepare()
-            if lost.is_set():
-                raise RuntimeError("the cycle lock was lost; not publishing")
-            publish()
-
-    With :meth:`Exclusive.postgres` the holder watches its session while the
-    job runs (the socket closing, and a check every 2 seconds) and sets the
-    event when the session, and the lock with it, is gone; the call then starts no rerun and reports
-    the loss. A flock(2) lock cannot be lost while its holder lives, so with
-    a directory the event is never set. Pass the event itself to threads the
-    job starts: they do not see the job's context.
-
-    Returns:
-        The event of the lease the current job runs under.
-
-    Raises:
-        RuntimeError: no job of an :class:`Exclusive` runs in this context.
-    """
-    lease = _RUNNING.get()
-    if lease is None:
-        raise RuntimeError("lock_lost() is only available inside a job run by Exclusive")
-    event = getattr(lease, "lost_event", None)
-    return event if isinstance(event, threading.Event) else threading.Event()
+#: The longest job name, in UTF-8 bytes: an incompressible name fits PostgreSQL's
+#: btree index on the name column (2704-byte rows) with room to spare.
+MAX_NAME_BYTES = 2600
+#: PostgreSQL's largest ``statement_timeout``, in milliseconds.
+MAX_STATEMENT_MS = 2**31 - 1
 
 
 def _existing_directory(directory: str) -> str:
@@ -173,7 +140,8 @@ class Exclusive:
         gate: Callable[[], bool] | None = None,
     ) -> None:
         directory = _existing_directory(os.fspath(dir))
-        self._setup(FileBackend(directory), logger, queue_capacity, gate, {"dir": directory})
+        backend = FileBackend(directory, logger if logger is not None else _LOGGER)
+        self._setup(backend, logger, queue_capacity, gate, {"dir": directory})
         self._dir: str | None = directory
         self._name: str | None = None
         self._off_loop = False
@@ -230,9 +198,13 @@ class Exclusive:
         (PgBouncer ``pool_mode=transaction``), which breaks session locks, is
         refused with `CoordinationError`. ``arun`` and ``arun_or_skip`` talk
         to the database off the event loop. Connections are pooled per
-        process and per ``conninfo``; the table is created on first use (or
-        beforehand: ``python -m sched_exclusive init-postgres CONNINFO``).
-        See the "Across machines" page for the guarantees.
+        process and per ``conninfo``; the table is created by a holder's
+        first cycle (or beforehand: ``python -m sched_exclusive init-postgres
+        CONNINFO``), never by a read: `pending` needs SELECT alone. Each
+        cycle's fencing token (`fencing_token`) is drawn by the statement
+        that starts it, and a job writing to the same database can fence its
+        own transaction with `fence` (`afence`). See the "Across machines"
+        page for the guarantees.
 
         It needs the ``postgres`` extra (``pip install
         'sched-exclusive[postgres]'``, psycopg 3), imported only here.
@@ -244,7 +216,8 @@ class Exclusive:
                 ``tcp_user_timeout``, on the client and (for this session)
                 on the server, unless ``conninfo`` sets them.
             name: the job's name across machines (the analogue of the
-                directory); any non-empty text without NUL.
+                directory); any non-empty text without NUL, at most 2,600
+                bytes in UTF-8.
             logger: as for :class:`Exclusive`.
             queue_capacity: as for :class:`Exclusive`.
             gate: as for :class:`Exclusive`; with ``arun`` it is still
@@ -263,9 +236,10 @@ class Exclusive:
             ModuleNotFoundError: psycopg is not installed (install the
                 ``postgres`` extra).
             TypeError: an argument of the wrong type.
-            ValueError: an empty ``name`` or one with NUL, a ``conninfo``
-                libpq cannot parse, or a timeout that is not positive (or a
-                ``connect_timeout`` under 2 s).
+            ValueError: an empty ``name``, one with NUL or a lone surrogate,
+                or one over 2,600 bytes in UTF-8; a ``conninfo`` libpq cannot
+                parse; a timeout that is not positive, a ``connect_timeout``
+                under 2 s, or a ``statement_timeout`` of 2**31 ms or more.
         """
         from ._durations import to_seconds
         from ._postgres import PostgresBackend
@@ -276,6 +250,18 @@ class Exclusive:
             raise TypeError(f"name must be a str, not {type(name).__name__}")
         if not name or "\0" in name:
             raise ValueError(f"name must be non-empty text without NUL, not {name!r}")
+        try:
+            size = len(name.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"name must be valid Unicode text: it holds a lone surrogate "
+                f"({name[exc.start]!r}) at index {exc.start}, which UTF-8 cannot encode"
+            ) from None
+        if size > MAX_NAME_BYTES:
+            raise ValueError(
+                f"name must be at most {MAX_NAME_BYTES} bytes in UTF-8 (PostgreSQL's btree "
+                f"index on the name column takes rows of 2704 bytes at most), got {size}"
+            )
         connect = to_seconds(connect_timeout, name="connect_timeout")
         statement = to_seconds(statement_timeout, name="statement_timeout")
         if connect < 2:
@@ -284,6 +270,11 @@ class Exclusive:
             )
         if statement <= 0:
             raise ValueError(f"statement_timeout must be positive, got {statement}")
+        if math.ceil(statement * 1000) > MAX_STATEMENT_MS:
+            raise ValueError(
+                f"statement_timeout must be at most {MAX_STATEMENT_MS / 1000} seconds "
+                f"(PostgreSQL's limit: 2**31 - 1 milliseconds), got {statement}"
+            )
         self = cls.__new__(cls)
         lines_logger = logger if logger is not None else _LOGGER
         backend = PostgresBackend(
@@ -486,8 +477,8 @@ class Exclusive:
             raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
 
 
-def _resume(step: Step, failure: Exception | None) -> Lease | Outcome:
-    """Send ``failure`` into the rules: the lease of the next run, or the outcome."""
+def _resume(step: Step, failure: Exception | None) -> Cycle | Outcome:
+    """Send ``failure`` into the rules: the next cycle to run, or the outcome."""
     try:
         return step.send(failure)
     except StopIteration as stop:
@@ -501,7 +492,7 @@ def _drive(step: Step, job: Callable[[], object]) -> Outcome:
         result = _resume(step, None)
         while not isinstance(result, Outcome):
             failure: Exception | None = None
-            outer = _RUNNING.get()  # restored whatever lands where: no stale lease after
+            outer = _RUNNING.get()  # restored whatever lands where: no stale cycle after
             try:
                 _RUNNING.set(result)
                 job()

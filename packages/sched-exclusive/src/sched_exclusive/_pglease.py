@@ -3,14 +3,15 @@
 * **The lease** owns its session from before the lock statement runs until
   its release completes; collected without ``unlock()`` (nothing else holds
   it strongly: the monitor's reference is weak), it closes its session,
-  which releases the lock. A held session serves only its lease's lock
-  statements (the check and the release here, the acquire in
-  :mod:`._postgres`); counter statements take a pooled session of their own,
-  so no other call, thread or forked child ever speaks on it.
+  which releases the lock. A held session serves only its holder's own
+  statements (the check, the release, the start of each cycle and the look
+  at the count after a run here, the acquire in :mod:`._postgres`); other
+  counter statements take a pooled session of their own, so no other call,
+  thread or forked child ever speaks on it.
 * **Liveness.** While a lease is held, the session monitor
   (:mod:`._pgmonitor`, which holds the loss bound) watches its socket and
-  checks the session every 2 seconds; ``locked`` checks it once more before
-  each rerun. A loss sets the lease's ``lost_event``.
+  checks the session every 2 seconds; the start of each cycle proves it
+  once more. A loss sets the lease's ``lost_event``.
 * **Ownership.** In a process forked from the holder, the lease is the
   parent's: its release abandons this process's copy of the session and its
   check answers ``False``, at once, without taking the lease's turn (which a
@@ -30,9 +31,10 @@ import errno
 import threading
 import typing
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _pgprocess
+from ._pgcommit import Prepared, begin_and_run, look, send_commit, settle, settle_then
 from ._pgmonitor import monitor
 from ._pgprocess import abandon, inherited
 from ._pgsession import OURS, POOLING_ADVICE, Session, elsewhere, execute, pooling_error
@@ -65,6 +67,7 @@ class PgLease:
     __slots__ = (
         "__weakref__",
         "_backend",
+        "_committing",
         "_event",
         "_lost_reason",
         "_reported",
@@ -77,6 +80,7 @@ class PgLease:
         self._lost_reason: str | None = None
         self._reported = False
         self._event: threading.Event | None = None  # made when first asked for
+        self._committing = False  # run() sent the Sync that commits its start, unread
         # One statement at a time on the session, the release after any check.
         self._turn = threading.Lock()
         self._session: Session | None = session  # last: owned from here on
@@ -116,6 +120,7 @@ class PgLease:
                 return False
             if self._lost_reason is None:
                 try:
+                    self._settle(session)
                     pid, ours = execute(
                         session, self._backend.settings, _CHECK, session.identity, doing
                     )
@@ -138,6 +143,91 @@ class PgLease:
                 session, self._backend.settings, _FREE_STRANDED, params,
                 "ending the backend a pooler left the lock in", row=False,
             )  # fmt: skip
+
+    def run(
+        self, statement: Prepared, params: dict[str, Any], doing: str
+    ) -> tuple[bytes | None, ...]:
+        """Run the start of a cycle on the held session, between the monitor's checks:
+        in a transaction committed without waiting (see :mod:`._pgcommit`); ``params``
+        gains the session's identity (its backend pid and its mark: :data:`OURS`), for
+        the statement to run only there.
+
+        Raises:
+            OSError: ``ENOLCK`` when the lock is lost, already or now (a broken
+                session is ended as by a failed check, and the loss counts as
+                reported); the server's refusal of the statement (a timeout, a
+                missing table) as it is, rolled back, the lock still held.
+        """
+        with self._turn:
+            session = self._session
+            if session is None or self._lost_reason is not None:
+                self._reported = True
+                raise OSError(
+                    errno.ENOLCK,
+                    f"the cycle lock was lost before the cycle could start: {self._lost_reason}",
+                )
+            settings = self._backend.settings
+            try:
+                self._settle(session)
+                # Stored, not returned, inside the block: an exception a signal
+                # handler raises as the call returns must still release the turn.
+                row = begin_and_run(
+                    session, settings, statement, {**params, **session.identity}, doing
+                )
+            except OSError as exc:
+                if not (session.aborted or session.conn.broken or session.conn.closed):
+                    raise  # the server refused (rolled back): the session and the lock are there
+                self.lose(str(exc))
+                self._reported = True
+                raise OSError(errno.ENOLCK, f"the cycle lock was lost: {exc}") from exc
+            except BaseException:
+                self.close()  # an interrupt: no transaction, no pipeline may outlive it
+                raise
+            try:
+                send_commit(session, settings)
+            except BaseException as exc:
+                self.close()  # the lock goes with the session: nothing was committed
+                if not isinstance(exc, Exception):
+                    raise
+                raise OSError(
+                    errno.ENOLCK, f"the cycle lock was lost: the start did not commit: {exc!r}"
+                ) from exc
+            self._committing = True
+        return row
+
+    def look(
+        self, statement: Prepared, params: dict[str, Any], doing: str
+    ) -> tuple[bytes | None, ...]:
+        """Run one read of the holder's own on the held session: right behind the
+        commit of the cycle's start, if its reply is not in yet, in the same round
+        trip (so the read sees what the start wrote); ``()`` when it found no row.
+
+        Raises:
+            OSError: ``ENOLCK`` when the lock is lost; the read's failure.
+        """
+        with self._turn:
+            session = self._session
+            if session is None or self._lost_reason is not None:
+                self._reported = True
+                raise OSError(
+                    errno.ENOLCK, f"the cycle lock was lost while the job ran: {self._lost_reason}"
+                )
+            try:
+                if self._committing:
+                    self._committing = False
+                    row = settle_then(session, self._backend.settings, statement, params, doing)
+                else:
+                    row = look(session, self._backend.settings, statement, params, doing)
+            except BaseException:
+                self.close()  # whatever it was, the session's state is unknown
+                raise
+        return row
+
+    def _settle(self, session: Session) -> None:
+        """Read the reply to the Sync :meth:`run` sent, if one is pending."""
+        if self._committing:
+            self._committing = False
+            settle(session, self._backend.settings)
 
     def lose(self, reason: str) -> None:
         """Mark the lock lost: end the session (so that no lock outlives it) and say so."""
@@ -201,6 +291,12 @@ class PgLease:
                             f"the cycle lock was lost while the job ran: {self._lost_reason}",
                         )
                     return
+                try:
+                    self._settle(session)
+                except OSError as exc:
+                    raise OSError(
+                        errno.ENOLCK, f"the cycle lock was lost while the job ran: {exc}"
+                    ) from exc
                 self._release(session)
                 pool.give(session)
                 self._session = None

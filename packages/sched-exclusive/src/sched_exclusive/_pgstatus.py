@@ -29,7 +29,7 @@ class PostgresStatus(typing.NamedTuple):
     """A snapshot of one job name in PostgreSQL."""
 
     name: str
-    #: ``"running"`` or ``"idle"``.
+    #: ``"running"``, ``"idle"``, or ``"unknown"`` on a hot standby.
     state: str
     #: When the current (or, if idle, the last) holder took the lock (server time).
     since: datetime | None
@@ -76,7 +76,7 @@ def read_status(
         holder = execute(
             session,
             pool.settings,
-            f"SELECT ({_LOCK_HOLDER}), now()",
+            f"SELECT ({_LOCK_HOLDER}), now(), pg_is_in_recovery()",
             {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF},
             "reading pg_locks",
         )
@@ -94,14 +94,19 @@ def read_status(
         pool.discard(session)
         raise
     pool.give(session)
-    backend_pid, now = holder
+    backend_pid, now, standby = holder
     running = backend_pid is not None
     running_for = None
     if running and since is not None:
         running_for = max(int((now - since).total_seconds()), 0)
+    if standby:  # advisory locks are not replicated: a standby never sees one held
+        notes += (
+            "this server is a hot standby (in recovery): advisory locks are not replicated, "
+            "so a cycle running on the primary cannot be seen here; ask the primary",
+        )
     return PostgresStatus(
         name,
-        "running" if running else "idle",
+        "unknown" if standby else "running" if running else "idle",
         since,
         running_for,
         host,
