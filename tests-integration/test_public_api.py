@@ -88,6 +88,12 @@ def test_version_comes_from_metadata(import_name: str) -> None:
         getattr(module, "nope")  # noqa: B009 - the name is the point
 
 
+#: Protocols that are ``typing.Protocol`` for type checkers only: at run time their base is
+#: ``object``, so that importing the package loads no ``typing`` (issue 22 item 8).
+#: tests-typing/ checks that mypy takes each for a protocol.
+TYPE_CHECKING_PROTOCOLS = frozenset({"sched_cmd.CommandRunner"})
+
+
 def open_classes(module: types.ModuleType) -> dict[str, str]:
     """The public classes of *module* that a user could subclass, each with why it is not final.
 
@@ -102,7 +108,7 @@ def open_classes(module: types.ModuleType) -> dict[str, str]:
         cls = getattr(module, name)
         if not isinstance(cls, type) or getattr(cls, "__final__", False):
             continue
-        if Protocol in cls.__bases__:
+        if Protocol in cls.__bases__ or f"{module.__name__}.{name}" in TYPE_CHECKING_PROTOCOLS:
             continue
         if issubclass(cls, BaseException) and cls.__subclasses__():
             continue

@@ -36,7 +36,7 @@ COPIES: dict[str, tuple[str, ...]] = {
         "sched_trigger",
     ),
     # typing.final without importing typing at run time.
-    "_compat.py": ("sched_exclusive", "sched_interval", "sched_lock", "sched_trigger"),
+    "_compat.py": ("sched_cmd", "sched_exclusive", "sched_interval", "sched_lock", "sched_trigger"),
     # Helper threads started with signals blocked; a threading.Event as a callback.
     "_stopwatch.py": ("sched_cmd", "sched_exclusive", "sched_loop", "sched_trigger"),
 }

@@ -22,11 +22,14 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import chain, starmap
-from typing import TypeVar
 
 __all__ = ["close_all", "store", "store_each"]
 
-T = TypeVar("T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 
 def store(owner: list[T], make: Callable[..., T], *args: object) -> None:

@@ -30,7 +30,15 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, final
+
+from ._compat import TYPE_CHECKING, final
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    _PopenBase = subprocess.Popen[Any]
+else:  # no typing at import
+    _PopenBase = subprocess.Popen
 
 from ._atomic import close_all, store, store_each
 from ._stopwatch import start_helper
@@ -40,7 +48,7 @@ __all__ = ["Child"]
 _HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 
 
-class _Popen(subprocess.Popen[Any]):
+class _Popen(_PopenBase):
     """A ``Popen`` that is in *owner* before it starts the process (see the module notes)."""
 
     def __init__(self, owner: list[subprocess.Popen[Any]], args: Any, **kwargs: Any) -> None:

@@ -19,15 +19,16 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 from ._child import Child
+from ._compat import TYPE_CHECKING, final
 from ._durations import Duration, to_timedelta
 from ._result import CompletedRun, GroupReport
 from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
     import logging
+    from typing import Any, Final, TypeAlias
 
 __all__ = ["DEFAULT_GRACE", "Command", "Input", "Options", "execute"]
 

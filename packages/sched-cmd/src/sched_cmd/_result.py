@@ -5,12 +5,18 @@ from __future__ import annotations
 import signal
 import subprocess
 from datetime import datetime
-from typing import Any, Generic, TypeVar, final
+
+from ._compat import TYPE_CHECKING, final
+
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    #: The type of the captured output: ``str`` with ``text=True``, else ``bytes``.
+    T = TypeVar("T")
+else:  # no typing at import: at run time T only fills subprocess's generic alias
+    T = "T"
 
 __all__ = ["CommandFailed", "CompletedRun", "GroupReport"]
-
-#: The type of the captured output: ``str`` with ``text=True``, else ``bytes``.
-T = TypeVar("T")
 
 
 @final
@@ -62,7 +68,7 @@ class GroupReport:
 
 
 @final
-class CompletedRun(subprocess.CompletedProcess[T], Generic[T]):
+class CompletedRun(subprocess.CompletedProcess[T]):
     """``subprocess.CompletedProcess`` that says whether, and how, the run was stopped.
 
     Everything a ``CompletedProcess`` has, it has (``args``, ``returncode``,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, final
 
 from ._child import Child
+from ._compat import TYPE_CHECKING, final
 from ._core import DEFAULT_GRACE, Command, Input, Options, Outcome, execute, go_duration
 from ._durations import Duration, to_timedelta
 from ._result import CompletedRun
@@ -16,6 +16,9 @@ from ._wakeup import Wakeup, signals_wake
 if TYPE_CHECKING:
     import asyncio
     import logging
+    from typing import Any, Protocol
+else:  # the protocol speaks to type checkers: no typing import at run time
+    Protocol = object
 
 __all__ = ["CommandRunner", "arun", "command_runner", "run"]
 
@@ -291,7 +294,6 @@ class CommandRunner(Protocol):
         **popen_kwargs: Any,
     ) -> CompletedRun[Any]:
         """Run *args*; see `run`."""
-        ...
 
 
 @final

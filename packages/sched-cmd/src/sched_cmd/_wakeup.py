@@ -25,9 +25,9 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import final
 
 from ._atomic import close_all, store, store_each
+from ._compat import final
 
 __all__ = ["Wakeup", "signals_wake"]
 
