@@ -16,11 +16,20 @@ copies this file beside each wheel's tests), so any suite can
   offline, with one environment for every suite, and `hex_lines` talks to
   such a helper one hex-encoded line at a time. (sched-trigger's Go module
   of issue 20, moved here as it was written to be.)
+- `Interrupter`, `library_code`: the interrupt sweep's tracer, which raises
+  ``KeyboardInterrupt`` (or kills the process) at the n-th point inside a
+  library's own code where CPython runs signal handlers, for every n.
+- ``test_stopwatch_*``: the contract of the copied ``_stopwatch`` module
+  (tools/copies.py); each package that carries a copy imports them into its
+  ``tests/test_copied.py`` beside a ``stopwatch`` fixture returning its copy;
+  ``test_durations_*`` likewise for ``_durations`` (a ``durations`` fixture).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dis
+import inspect
 import os
 import select
 import shutil
@@ -28,13 +37,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
-from types import TracebackType
-from typing import final
+from types import CodeType, FrameType, FunctionType, ModuleType, TracebackType
+from typing import Any, final
 
 import pytest
 
@@ -43,9 +54,11 @@ __all__ = [
     "MIN_GO",
     "Child",
     "GoToolchain",
+    "Interrupter",
     "fd_targets",
     "find_go",
     "hex_lines",
+    "library_code",
     "open_fds",
     "socket_dir",
 ]
@@ -318,3 +331,295 @@ def find_go(minimum: tuple[int, int] = MIN_GO) -> GoToolchain:
     if os.environ.get("CI"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+# --- the interrupt sweep's tracer ----------------------------------------------------------
+
+#: Calls after which CPython runs pending signal handlers (its "eval breaker"
+#: checks): a handler's exception surfaces as a call returns, at a loop's
+#: backward jump, or as a function starts or a generator resumes.
+_BREAKERS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+
+
+def library_code(*modules: ModuleType) -> frozenset[CodeType]:
+    """Every code object (nested ones included) defined in ``modules``.
+
+    A decorated function counts by the function it wraps (``__wrapped__``):
+    the generator of a ``contextlib.contextmanager`` is the library's code,
+    the wrapper is contextlib's.
+    """
+    found: set[CodeType] = set()
+    functions = [
+        inspect.unwrap(value)
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, FunctionType)
+    ]
+    pending = [function.__code__ for function in functions if isinstance(function, FunctionType)]
+    pending += [
+        member.__code__
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == module.__name__
+        for member in [
+            *vars(value).values(),
+            *(p.fget for p in vars(value).values() if isinstance(p, property)),
+        ]
+        if isinstance(member, FunctionType)
+    ]
+    while pending:
+        code = pending.pop()
+        if code not in found:
+            found.add(code)
+            pending.extend(c for c in code.co_consts if isinstance(c, CodeType))
+    return frozenset(found)
+
+
+def _finalizing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` (where CPython swallows exceptions)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: Per code object, per instruction offset: where the next point follows it (see
+#: ``Interrupter._after``); shared by every Interrupter, as it never changes.
+_POINTS: dict[CodeType, dict[int, int | None]] = {}
+
+
+@final
+class Interrupter:
+    """Raise KeyboardInterrupt at the n-th point a signal handler could raise it.
+
+    Counts only the points inside ``codes`` (the library's own functions) and
+    only while no exception is being handled (a second interrupt during the
+    cleanup of a first is another matter). Used as a context manager around
+    one call; ``fired`` tells whether the n-th point was reached. With
+    ``crash``, the process kills itself there instead (SIGKILL: a crash
+    between two steps of the library, for a child process to suffer).
+    """
+
+    def __init__(self, codes: frozenset[CodeType], n: int, *, crash: bool = False) -> None:
+        self._codes = codes
+        self._n = n
+        self._crash = crash
+        self._seen = 0
+        # Per frame: the offset where the next instruction is a point (just
+        # after a call that returned, or anywhere after a backward jump).
+        self._next: dict[FrameType, int | None] = {}
+        self._ops = _POINTS  # what follows each instruction depends only on the code
+        self.fired = False
+
+    def _after(self, code: CodeType, offset: int) -> int | None:
+        """Where a point follows the instruction at ``offset``: -1 anywhere, an
+        offset, or None."""
+        ops = self._ops.get(code)
+        if ops is None:
+            ops = self._ops[code] = {}
+            instructions = list(dis.get_instructions(code))
+            for here, following in zip(instructions, [*instructions[1:], None], strict=True):
+                if here.opname == "JUMP_BACKWARD":
+                    ops[here.offset] = -1
+                elif here.opname in _BREAKERS and following is not None:
+                    ops[here.offset] = following.offset  # returned normally, not raised
+        return ops.get(offset)
+
+    def _global(self, frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code not in self._codes or _finalizing(frame):
+            return None
+        # f_trace before f_trace_opcodes, or 3.12.1 sends no opcode events.
+        frame.f_trace = self._local
+        frame.f_trace_opcodes = True
+        self._next[frame] = -1  # a function starting or a generator resuming
+        return self._local
+
+    def _local(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            expected = self._next.get(frame)
+            point = expected in (-1, frame.f_lasti)
+            self._next[frame] = self._after(frame.f_code, frame.f_lasti)
+            if point and not self.fired and sys.exception() is None:
+                self._seen += 1
+                if self._seen == self._n:
+                    self.fired = True
+                    if self._crash:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    raise KeyboardInterrupt
+        elif event == "return":
+            self._next.pop(frame, None)
+        return self._local
+
+    def __enter__(self) -> Interrupter:
+        self._previous = sys.gettrace()
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(self._previous)
+
+
+# --- the contract of the copied stop watcher ------------------------------------------------
+#
+# tools/copies.py copies one `_stopwatch` into several packages; each package runs
+# these tests on its own copy (the copy its wheel ships, which its coverage counts)
+# by importing them into a test module beside a ``stopwatch`` fixture that returns
+# the copy: ``from sched_testing import test_stopwatch_...``.
+
+
+def _stopwatch_threads(stopwatch: ModuleType) -> set[threading.Thread]:
+    """The live helper threads of *stopwatch* (named "<package> stop watcher")."""
+    name = stopwatch.__name__.partition(".")[0] + " stop watcher"
+    return {t for t in threading.enumerate() if t.name == name}
+
+
+def test_stopwatch_helper_blocks_every_signal_and_restores_the_callers_mask(
+    stopwatch: ModuleType,
+) -> None:
+    """A helper thread runs with every signal blocked; its starter's mask is as it was."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    seen: list[set[int]] = []
+    thread = threading.Thread(
+        target=lambda: seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, ()))
+    )
+    stopwatch.start_helper(thread)
+    thread.join(DEADLINE)
+    assert before == signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    # Every signal a thread can block (not SIGKILL, SIGSTOP, nor the C library's own).
+    assert {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1} <= seen[0]
+    assert signal.SIGTERM not in before
+    with pytest.raises(RuntimeError):
+        stopwatch.start_helper(thread)  # started twice: threading's own error
+    assert before == signal.pthread_sigmask(signal.SIG_BLOCK, ())
+
+
+def test_stopwatch_calls_back_once_set_and_never_after_cancel(stopwatch: ModuleType) -> None:
+    """Every live subscription is called once the event is set, from the one helper of
+    that event; a cancelled one never is; a set event calls back at once."""
+    event = threading.Event()
+    called: list[str] = []
+    done = threading.Event()
+    before = _stopwatch_threads(stopwatch)
+    first = stopwatch.subscribe(event, lambda: called.append("first"))
+    cancelled = stopwatch.subscribe(event, lambda: called.append("cancelled"))
+
+    def last() -> None:
+        called.append("last")
+        done.set()
+
+    stopwatch.subscribe(event, last)
+    assert 1 == len(_stopwatch_threads(stopwatch) - before)  # one helper for the event
+    cancelled()
+    event.set()
+    assert done.wait(DEADLINE)
+    assert ["first", "last"] == sorted(called)
+    first()  # too late to matter, and harmless
+    stopwatch.subscribe(event, lambda: called.append("already set"))
+    assert "already set" == called[-1]  # synchronous: the event was set
+
+
+def test_stopwatch_helper_ends_with_its_last_subscription(stopwatch: ModuleType) -> None:
+    """A helper whose every subscription was cancelled ends (within its first slice)."""
+    before = _stopwatch_threads(stopwatch)
+    cancel = stopwatch.subscribe(threading.Event(), lambda: None)
+    (helper,) = _stopwatch_threads(stopwatch) - before
+    cancel()
+    helper.join(DEADLINE)
+    assert not helper.is_alive()
+
+
+def test_stopwatch_a_failing_callback_leaves_the_others_called(
+    stopwatch: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One callback's exception does not keep the others from being called; it is
+    reported through ``threading.excepthook`` as the helper ends."""
+    reported: list[BaseException | None] = []
+    hooked = threading.Event()
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        reported.append(args.exc_value)
+        hooked.set()
+
+    monkeypatch.setattr(threading, "excepthook", hook)
+    event, called = threading.Event(), threading.Event()
+
+    def fail() -> None:
+        raise ValueError("the callback's own")
+
+    stopwatch.subscribe(event, fail)
+    stopwatch.subscribe(event, called.set)
+    event.set()
+    assert called.wait(DEADLINE)
+    assert hooked.wait(DEADLINE)
+    assert ["the callback's own"] == [str(exc) for exc in reported]
+
+
+# os.fork() in a process with threads: Python 3.12 warns, as it should; this is the point.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_stopwatch_a_forked_child_watches_an_event_its_parent_watched(
+    stopwatch: ModuleType,
+) -> None:
+    """A process forked while a helper watched an event gets a helper of its own (the
+    parent's did not survive the fork): a callback there still runs when it is set."""
+    stop = threading.Event()
+    cancel = stopwatch.subscribe(stop, lambda: None)  # the parent's helper now watches *stop*
+    read_fd, write_fd = os.pipe()  # the child's answer; the parent closes both ends
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: subscribe, then set the event, and say if it was called
+            try:
+                called = threading.Event()
+                stopwatch.subscribe(stop, called.set)
+                threading.Thread(target=stop.set).start()  # after the subscription
+                os.write(write_fd, f"{called.wait(DEADLINE)}\n".encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        try:
+            with os.fdopen(read_fd) as answer:
+                assert "True\n" == answer.readline()
+        finally:
+            os.waitpid(pid, 0)
+    finally:
+        cancel()
+
+
+# --- the contract of the copied duration rules ----------------------------------------------
+#
+# As the stop watcher's: a package imports these beside a ``durations`` fixture that
+# returns its own copy of ``_durations``.
+
+
+def test_durations_take_a_timedelta_or_seconds(durations: ModuleType) -> None:
+    """A timedelta is taken as it is, a number is seconds, and a positive duration never
+    becomes zero (below a microsecond it is one)."""
+    week = timedelta(days=7)
+    assert week is durations.to_timedelta(week, name="every")
+    assert timedelta(seconds=90) == durations.to_timedelta(90, name="every")
+    assert timedelta(milliseconds=1500) == durations.to_timedelta(1.5, name="every")
+    assert timedelta(microseconds=1) == durations.to_timedelta(1e-9, name="every")
+    assert timedelta(0) == durations.to_timedelta(0, name="every")
+    assert -2.5 == durations.to_seconds(-2.5, name="every")
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        (True, ValueError, "every must be a duration, not a bool (True)"),
+        (float("nan"), ValueError, "every must be a finite number of seconds, got nan"),
+        (float("-inf"), ValueError, "every must be a finite number of seconds, got -inf"),
+        (10**20, ValueError, "every is out of range: 100000000000000000000 seconds"),
+        ("5s", TypeError, "every must be a timedelta or a number of seconds, not str"),
+        (None, TypeError, "every must be a timedelta or a number of seconds, not NoneType"),
+    ],
+    ids=repr,
+)
+def test_durations_refuse_what_is_not_one_naming_the_argument(
+    durations: ModuleType, value: object, error: type[Exception], words: str
+) -> None:
+    """A bool, NaN, an infinity or an out-of-range number is a ValueError, any other type
+    a TypeError; each message names the argument."""
+    with pytest.raises(error) as raised:
+        durations.to_seconds(value, name="every")
+    assert words == str(raised.value)

@@ -10,8 +10,6 @@ generous upper bounds, never the thing under test.
 from __future__ import annotations
 
 import contextlib
-import dis
-import inspect
 import os
 import select
 import signal
@@ -20,8 +18,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import CodeType, FrameType, FunctionType, ModuleType
-from typing import Any, final
+from typing import final
 
 import sched_testing
 
@@ -165,118 +162,6 @@ def kill_quietly(pid: int) -> None:
 open_fds = sched_testing.open_fds
 
 
-# The interrupt sweep's tracer, as sched-exclusive's tests have it (sched_exclusive_testkit).
-
-#: Calls after which CPython runs pending signal handlers (its "eval breaker"
-#: checks): a handler's exception surfaces as a call returns, at a loop's
-#: backward jump, or as a function starts or a generator resumes.
-_BREAKERS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
-
-
-def library_code(*modules: ModuleType) -> frozenset[CodeType]:
-    """Every code object (nested ones included) defined in ``modules``.
-
-    A decorated function counts by the function it wraps (``__wrapped__``):
-    the generator of a ``contextlib.contextmanager`` is the library's code,
-    the wrapper is contextlib's.
-    """
-    found: set[CodeType] = set()
-    functions = [
-        inspect.unwrap(value)
-        for module in modules
-        for value in vars(module).values()
-        if isinstance(value, FunctionType)
-    ]
-    pending = [function.__code__ for function in functions if isinstance(function, FunctionType)]
-    pending += [
-        member.__code__
-        for module in modules
-        for value in vars(module).values()
-        if isinstance(value, type) and value.__module__ == module.__name__
-        for member in [
-            *vars(value).values(),
-            *(p.fget for p in vars(value).values() if isinstance(p, property)),
-        ]
-        if isinstance(member, FunctionType)
-    ]
-    while pending:
-        code = pending.pop()
-        if code not in found:
-            found.add(code)
-            pending.extend(c for c in code.co_consts if isinstance(c, CodeType))
-    return frozenset(found)
-
-
-def _finalizing(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside a ``__del__`` (where CPython swallows exceptions)."""
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
-
-
-@final
-class Interrupter:
-    """Raise KeyboardInterrupt at the n-th point a signal handler could raise it.
-
-    Counts only the points inside ``codes`` (the library's own functions) and
-    only while no exception is being handled (a second interrupt during the
-    cleanup of a first is another matter). Used as a context manager around
-    one call; ``fired`` tells whether the n-th point was reached.
-    """
-
-    def __init__(self, codes: frozenset[CodeType], n: int) -> None:
-        self._codes = codes
-        self._n = n
-        self._seen = 0
-        # Per frame: the offset where the next instruction is a point (just
-        # after a call that returned, or anywhere after a backward jump).
-        self._next: dict[FrameType, int | None] = {}
-        self._ops: dict[CodeType, dict[int, int | None]] = {}
-        self.fired = False
-
-    def _after(self, code: CodeType, offset: int) -> int | None:
-        """Where a point follows the instruction at ``offset``: -1 anywhere, an
-        offset, or None."""
-        ops = self._ops.get(code)
-        if ops is None:
-            ops = self._ops[code] = {}
-            instructions = list(dis.get_instructions(code))
-            for here, following in zip(instructions, [*instructions[1:], None], strict=True):
-                if here.opname == "JUMP_BACKWARD":
-                    ops[here.offset] = -1
-                elif here.opname in _BREAKERS and following is not None:
-                    ops[here.offset] = following.offset  # returned normally, not raised
-        return ops.get(offset)
-
-    def _global(self, frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code not in self._codes or _finalizing(frame):
-            return None
-        # f_trace before f_trace_opcodes, or 3.12.1 sends no opcode events.
-        frame.f_trace = self._local
-        frame.f_trace_opcodes = True
-        self._next[frame] = -1  # a function starting or a generator resuming
-        return self._local
-
-    def _local(self, frame: FrameType, event: str, arg: object) -> Any:
-        if event == "opcode":
-            expected = self._next.get(frame)
-            point = expected in (-1, frame.f_lasti)
-            self._next[frame] = self._after(frame.f_code, frame.f_lasti)
-            if point and not self.fired and sys.exception() is None:
-                self._seen += 1
-                if self._seen == self._n:
-                    self.fired = True
-                    raise KeyboardInterrupt
-        elif event == "return":
-            self._next.pop(frame, None)
-        return self._local
-
-    def __enter__(self) -> Interrupter:
-        self._previous = sys.gettrace()
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sys.settrace(self._previous)
+# The interrupt sweep's tracer, shared with sched-exclusive's sweeps.
+Interrupter = sched_testing.Interrupter
+library_code = sched_testing.library_code

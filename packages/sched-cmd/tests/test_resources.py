@@ -176,31 +176,3 @@ def test_the_stop_event_works_as_usual_after_runs() -> None:
     waiter.join(30)
     assert not waiter.is_alive()
     assert stop.is_set()
-
-
-# os.fork() in a process with threads: Python 3.12 warns, as it should; this is the point.
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
-def test_a_forked_child_watches_a_stop_event_its_parent_watched() -> None:
-    """A process forked while a helper watched an event gets a helper of its own (the
-    parent's did not survive the fork): a callback there still runs when it is set."""
-    from sched_cmd._stopwatch import subscribe
-
-    stop = threading.Event()
-    cancel = subscribe(stop, lambda: None)  # the parent's helper now watches *stop*
-    try:
-        with report() as pipe:
-            pid = os.fork()
-            if pid == 0:  # the child: subscribe, then set the event, and say if it was called
-                try:
-                    called = threading.Event()
-                    subscribe(stop, called.set)
-                    threading.Thread(target=stop.set).start()  # after the subscription
-                    os.write(pipe.write_fd, f"{called.wait(DEADLINE)}\n".encode())
-                finally:
-                    os._exit(0)
-            try:
-                assert "True" == pipe.line()
-            finally:
-                os.waitpid(pid, 0)
-    finally:
-        cancel()

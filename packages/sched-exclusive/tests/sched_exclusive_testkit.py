@@ -18,16 +18,15 @@
 
 from __future__ import annotations
 
-import dis
 import importlib
 import os
-import signal
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from types import CodeType, FrameType, FunctionType, ModuleType
+from types import CodeType, ModuleType
 from typing import Any, Protocol, final
+
+import sched_testing
 
 from sched_exclusive import Exclusive, advisory_key
 from sched_exclusive._backend import Backend, Change, Lease, Started
@@ -350,15 +349,13 @@ def read_counter_file(directory: str) -> bytes:
         return b""
 
 
-#: Calls after which CPython runs pending signal handlers (its "eval breaker"
-#: checks): a handler's exception surfaces as a call returns, at a loop's
-#: backward jump, or as a function starts or a generator resumes.
-_BREAKERS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+# The tracer of the interrupt sweeps is the shared one (testing/sched_testing.py).
+Interrupter = sched_testing.Interrupter
 
 
 def library_code(*given: ModuleType) -> frozenset[CodeType]:
-    """Every code object (nested ones included) defined in ``given``; the PostgreSQL
-    backend (``_postgres``) stands for all the ``_pg*`` modules it is built on."""
+    """Every code object defined in ``given`` (`sched_testing.library_code`); the
+    PostgreSQL backend (``_postgres``) stands for all the ``_pg*`` modules it is built on."""
     modules = list(given)
     for module in given:
         if module.__name__ == "sched_exclusive._postgres":
@@ -367,112 +364,4 @@ def library_code(*given: ModuleType) -> frozenset[CodeType]:
                 importlib.import_module(f"sched_exclusive.{part.stem}")
                 for part in sorted(package.glob("_pg*.py"))
             ]
-    found: set[CodeType] = set()
-    pending = [
-        value.__code__
-        for module in modules
-        for value in vars(module).values()
-        if isinstance(value, FunctionType)
-    ]
-    pending += [
-        member.__code__
-        for module in modules
-        for value in vars(module).values()
-        if isinstance(value, type) and value.__module__ == module.__name__
-        for member in [
-            *vars(value).values(),
-            *(p.fget for p in vars(value).values() if isinstance(p, property)),
-        ]
-        if isinstance(member, FunctionType)
-    ]
-    while pending:
-        code = pending.pop()
-        if code not in found:
-            found.add(code)
-            pending.extend(c for c in code.co_consts if isinstance(c, CodeType))
-    return frozenset(found)
-
-
-def _finalizing(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside a ``__del__`` (where CPython swallows exceptions)."""
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
-
-
-#: Per code object, per instruction offset: where the next point follows it (see
-#: ``Interrupter._after``); shared by every Interrupter, as it never changes.
-_POINTS: dict[CodeType, dict[int, int | None]] = {}
-
-
-@final
-class Interrupter:
-    """Raise KeyboardInterrupt at the n-th point a signal handler could raise it.
-
-    Counts only the points inside ``codes`` (the library's own functions) and
-    only while no exception is being handled (a second interrupt during the
-    cleanup of a first is another matter). Used as a context manager around
-    one call; ``fired`` tells whether the n-th point was reached. With
-    ``crash``, the process kills itself there instead (SIGKILL: a crash
-    between two steps of the library, for a child process to suffer).
-    """
-
-    def __init__(self, codes: frozenset[CodeType], n: int, *, crash: bool = False) -> None:
-        self._codes = codes
-        self._n = n
-        self._crash = crash
-        self._seen = 0
-        # Per frame: the offset where the next instruction is a point (just
-        # after a call that returned, or anywhere after a backward jump).
-        self._next: dict[FrameType, int | None] = {}
-        self._ops = _POINTS  # what follows each instruction depends only on the code
-        self.fired = False
-
-    def _after(self, code: CodeType, offset: int) -> int | None:
-        """Where a point follows the instruction at ``offset``: -1 anywhere, an
-        offset, or None."""
-        ops = self._ops.get(code)
-        if ops is None:
-            ops = self._ops[code] = {}
-            instructions = list(dis.get_instructions(code))
-            for here, following in zip(instructions, [*instructions[1:], None], strict=True):
-                if here.opname == "JUMP_BACKWARD":
-                    ops[here.offset] = -1
-                elif here.opname in _BREAKERS and following is not None:
-                    ops[here.offset] = following.offset  # returned normally, not raised
-        return ops.get(offset)
-
-    def _global(self, frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code not in self._codes or _finalizing(frame):
-            return None
-        # f_trace before f_trace_opcodes, or 3.12.1 sends no opcode events.
-        frame.f_trace = self._local
-        frame.f_trace_opcodes = True
-        self._next[frame] = -1  # a function starting or a generator resuming
-        return self._local
-
-    def _local(self, frame: FrameType, event: str, arg: object) -> Any:
-        if event == "opcode":
-            expected = self._next.get(frame)
-            point = expected in (-1, frame.f_lasti)
-            self._next[frame] = self._after(frame.f_code, frame.f_lasti)
-            if point and not self.fired and sys.exception() is None:
-                self._seen += 1
-                if self._seen == self._n:
-                    self.fired = True
-                    if self._crash:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    raise KeyboardInterrupt
-        elif event == "return":
-            self._next.pop(frame, None)
-        return self._local
-
-    def __enter__(self) -> Interrupter:
-        self._previous = sys.gettrace()
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sys.settrace(self._previous)
+    return sched_testing.library_code(*modules)

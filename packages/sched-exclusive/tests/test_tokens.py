@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sched_testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -356,7 +357,7 @@ def test_tokens_across_processes(world: World, tmp_path: Path, children: list[Ch
 # each statement); the job reports its token first. Answers "TOKEN|- killed|done".
 CRASH_SERVER = """
 import os, sys
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1].split(os.pathsep)  # the test kits: this suite's and the shared one
 from sched_exclusive_testkit import Interrupter, library_code
 import sched_lock._flock, sched_lock._slot
 from sched_exclusive import Exclusive, ExclusiveError, fencing_token, _coalesce, _exclusive, _files
@@ -406,7 +407,8 @@ def _reap_crash_server() -> Iterator[None]:
 def crash_server() -> Child:
     """The module's crash server (one process: each crash is a fork of it)."""
     if not _CRASH_SERVERS:
-        server = Child(CRASH_SERVER, TESTS)
+        kits = os.pathsep.join([TESTS, str(Path(sched_testing.__file__).parent)])
+        server = Child(CRASH_SERVER, kits)
         _CRASH_SERVERS.append(server)
         assert "ready" == server.read_line()
     return _CRASH_SERVERS[0]
