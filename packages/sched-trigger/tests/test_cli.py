@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
+import io
 import json
 import os
 import pwd
@@ -12,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from sched_trigger._wire import MAX_REQUEST_SIZE
 QUEUED = b'{"event":"queued","ok":false}\n'
 
 
-def cli(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+def in_a_child(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
     """Run ``python -m sched_trigger ARGS`` in a child, as an operator's docker exec would
     (*options* go to `subprocess.run`: ``input``, ``stdin``, ``cwd``, ...)."""
     return subprocess.run(
@@ -43,6 +46,42 @@ def cli(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
         check=False,
         **options,
     )
+
+
+def in_this_process(
+    *args: str, input: str | None = None, stdin: int | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``main(ARGS)`` here, standard streams redirected, as `in_a_child` runs the
+    console script (the same options, but ``env``)."""
+    source = (
+        io.TextIOWrapper(io.BytesIO((input or "").encode()))
+        if stdin is None
+        else open(stdin, closefd=False)  # noqa: SIM115 - closed below
+    )
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    saved = sys.stdin
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.stdin = source
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(list(args))
+    finally:
+        sys.stdin = saved
+        os.chdir(here)
+        source.close()
+    return subprocess.CompletedProcess(list(args), status, out.getvalue(), err.getvalue())
+
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(params=["child", "main"])
+def cli(request: pytest.FixtureRequest) -> Cli:
+    """The console script, run both ways: ``python -m sched_trigger`` in a child, and
+    `main` in this process (the two must agree; only the second counts for coverage)."""
+    return in_a_child if request.param == "child" else in_this_process
 
 
 def run(stop: threading.Event, trigger: str, payload: Payload) -> Outcome:
@@ -58,8 +97,10 @@ BLOCKING = threading.Event()
 RELEASE = threading.Event()
 
 
-def test_success_failure_and_rejection_exit_codes() -> None:
+def test_success_failure_and_rejection_exit_codes(cli: Cli) -> None:
     """0 when the run succeeds, 1 when it fails or is rejected; lifecycle on stderr."""
+    BLOCKING.clear()  # the handshakes of this run, not of the other parametrization's
+    RELEASE.clear()
     with socket_dir() as tmp:
         path = str(Path(tmp) / "d.sock")
         with run_broker_in_thread(path, run, capacity=0, payload_type=Payload):
@@ -90,7 +131,7 @@ def test_success_failure_and_rejection_exit_codes() -> None:
 @pytest.mark.parametrize(
     "args", [["{missing}"], ["{missing}", "{not json"], [], ["a", "b", "c"]], ids=str
 )
-def test_unreachable_and_usage_errors_exit_2(args: list[str]) -> None:
+def test_unreachable_and_usage_errors_exit_2(args: list[str], cli: Cli) -> None:
     """An unreachable daemon, an invalid payload or wrong arguments exit 2."""
     with socket_dir() as tmp:
         done = cli(*[a.replace("{missing}", str(Path(tmp) / "nope")) for a in args])
@@ -98,7 +139,7 @@ def test_unreachable_and_usage_errors_exit_2(args: list[str]) -> None:
     assert done.stderr
 
 
-def test_a_nested_event_line_exits_3_without_a_traceback() -> None:
+def test_a_nested_event_line_exits_3_without_a_traceback(cli: Cli) -> None:
     """A daemon that sends a deeply nested line gets the protocol error's exit status."""
     with socket_dir() as tmp:
         server = RawServer(str(Path(tmp) / "s"), [QUEUED, b"[" * 60_000 + b"\n"])
@@ -111,7 +152,7 @@ def test_a_nested_event_line_exits_3_without_a_traceback() -> None:
     assert "connection lost mid-run" in done.stderr
 
 
-def test_connection_lost_mid_run_exits_3() -> None:
+def test_connection_lost_mid_run_exits_3(cli: Cli) -> None:
     """A daemon that dies after queueing the request: exit 3."""
     with socket_dir() as tmp:
         server = RawServer(str(Path(tmp) / "s"), [QUEUED])
@@ -193,12 +234,12 @@ def test_durations_print_as_go_does(ms: int, text: str) -> None:
 def test_python_dash_m_matches_the_main_function() -> None:
     """python -m sched_trigger is the same command (environment without a daemon)."""
     env = dict(os.environ)
-    done = cli("--help", env=env)
+    done = in_a_child("--help", env=env)
     assert 0 == done.returncode
     assert "exit status" in done.stdout
 
 
-def test_the_payload_can_come_from_stdin() -> None:
+def test_the_payload_can_come_from_stdin(cli: Cli) -> None:
     """``-`` reads the payload from stdin: no argument-size limit, nothing in
     /proc/PID/cmdline (a 1 MB payload as an argument fails with E2BIG)."""
     secret = "s3cr3t-" + "x" * 1_000_000
@@ -212,7 +253,7 @@ def test_the_payload_can_come_from_stdin() -> None:
     assert "standard input is not valid JSON" in bad.stderr
 
 
-def test_timeout_option_bounds_the_wait() -> None:
+def test_timeout_option_bounds_the_wait(cli: Cli) -> None:
     """--timeout takes seconds or a Go duration; when it passes the CLI exits 3."""
     with socket_dir() as tmp:
         server = RawServer(str(Path(tmp) / "s"), [QUEUED], hang_up=False)
@@ -237,7 +278,7 @@ def test_timeout_values(text: str, seconds: float) -> None:
 
 
 @pytest.mark.parametrize("kind", ["file", "long"])
-def test_not_a_socket_and_too_long_paths_are_named(kind: str) -> None:
+def test_not_a_socket_and_too_long_paths_are_named(kind: str, cli: Cli) -> None:
     """The CLI says 'not a socket' or 'over the 107-byte limit', exit 2."""
     with socket_dir() as tmp:
         path = Path(tmp) / "s"
@@ -291,7 +332,7 @@ def test_ctrl_c_during_start_up_prints_no_traceback(module: str) -> None:
     assert 130 == child.returncode
 
 
-def test_no_arguments_says_what_is_missing() -> None:
+def test_no_arguments_says_what_is_missing(cli: Cli) -> None:
     """``sched-trigger`` alone says the SOCKET argument is missing before the usage, exit 2."""
     done = cli()
     assert 2 == done.returncode
@@ -300,7 +341,7 @@ def test_no_arguments_says_what_is_missing() -> None:
     assert rest[0].startswith("usage: sched-trigger")
 
 
-def test_too_many_arguments_says_so() -> None:
+def test_too_many_arguments_says_so(cli: Cli) -> None:
     """A third argument is named as the problem, exit 2."""
     done = cli("a.sock", "{}", "extra")
     assert 2 == done.returncode
@@ -312,7 +353,7 @@ def _deep(depth: int) -> str:
 
 
 @pytest.mark.parametrize("source", ["argument", "stdin"])
-def test_a_deeply_nested_payload_exits_2_without_a_traceback(source: str) -> None:
+def test_a_deeply_nested_payload_exits_2_without_a_traceback(source: str, cli: Cli) -> None:
     """A payload nested deeper than Python's json reads (5,000 levels broke 3.11 and 3.12;
     20,000 is past every version, and past Go's 10,000) is refused with exit 2 and one
     line (it was an uncaught RecursionError: a traceback and exit 1)."""
@@ -356,7 +397,7 @@ def test_stdin_is_read_no_further_than_the_request_cap() -> None:
     assert written < 2 * cap  # what it read, plus what the pipe and our buffer held
 
 
-def test_an_unreadable_stdin_exits_2() -> None:
+def test_an_unreadable_stdin_exits_2(cli: Cli) -> None:
     """Standard input that cannot be read (the write end of a pipe) is reported on one line,
     exit 2."""
     read_end, write_end = os.pipe()
@@ -370,7 +411,7 @@ def test_an_unreadable_stdin_exits_2() -> None:
     assert "cannot read standard input: Bad file descriptor" in done.stderr
 
 
-def test_a_path_that_is_not_a_socket_is_named_as_given(tmp_path: Path) -> None:
+def test_a_path_that_is_not_a_socket_is_named_as_given(tmp_path: Path, cli: Cli) -> None:
     """The client names a non-socket with the one wording the daemon's listen uses, and the
     path exactly as the user typed it."""
     (tmp_path / "notes.txt").write_text("")
@@ -383,7 +424,7 @@ def test_a_path_that_is_not_a_socket_is_named_as_given(tmp_path: Path) -> None:
     assert [expected] == done.stderr.splitlines()
 
 
-def test_a_socket_of_another_user_gets_nothing_from_stdin() -> None:
+def test_a_socket_of_another_user_gets_nothing_from_stdin(cli: Cli) -> None:
     """A socket served by another user receives none of standard input's payload (exit 2,
     saying whose it is); ``--owner nobody`` sends it on purpose."""
     with socket_dir() as tmp, foreign_server(tmp) as (path, child):
@@ -399,7 +440,7 @@ def test_a_socket_of_another_user_gets_nothing_from_stdin() -> None:
     assert 0 == trusted.returncode, trusted.stderr
 
 
-def test_owner_takes_a_uid_or_a_user_name() -> None:
+def test_owner_takes_a_uid_or_a_user_name(cli: Cli) -> None:
     """--owner takes a number or a user name; an unknown name exits 2 saying so."""
     done = cli("--owner", "no-such-user-r3", "/nowhere.sock")
     assert 2 == done.returncode
