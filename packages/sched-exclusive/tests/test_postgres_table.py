@@ -84,6 +84,14 @@ def hold(dsn: str, name: str) -> Any:
     return conn
 
 
+def release(conn: Any, name: str) -> None:
+    """Let go of what `hold` took: unlock, then close (a close alone frees the lock only
+    once the server has read the goodbye, a moment later, and a call made at once would
+    still find it held)."""
+    conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(name),))
+    conn.close()
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sched_exclusive", *args],
@@ -147,7 +155,7 @@ def test_a_null_count_is_a_coordination_error(schema: str) -> None:
         with pytest.raises(CoordinationError) as caught:
             ex.run(lambda: None)
     finally:
-        other.close()
+        release(other, "job")
     assert errno.EPROTO == caught.value.errno
     assert "column queued allows NULL" in str(caught.value)
     runs: list[None] = []
