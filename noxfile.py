@@ -304,12 +304,15 @@ def build(session: nox.Session) -> None:
     wheel from a copy outside the tree.
     """
     session.install("uv")
-    # The wheelhouse session already ran: its `nox -s` line is not run again.
-    session.run("python", str(TOOLS / "readme_installs.py"), "--this-session", "wheelhouse")
-    # The wheels' suites are independent: two at a time, one per core of a CI machine
-    # (each one's output is shown when it fails).
+    # The README's commands and the wheels' suites are independent: two at a time, one
+    # per core of a CI machine (each one's output is shown when it fails). The wheelhouse
+    # session already ran: its `nox -s` line is not run again.
+    readme = ("python", str(TOOLS / "readme_installs.py"), "--this-session", "wheelhouse")
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        installs = pool.submit(session.run, *readme, silent=True)
         outcomes = list(pool.map(functools.partial(_test_wheel, session), PACKAGES))
+        installs.result()
+    session.log("the README's install commands: each ran, and what it installed imports")
     for name, outcome in zip(PACKAGES, outcomes, strict=True):
         session.log(f"{name} wheel: {outcome}")
 

@@ -256,7 +256,7 @@ def test_accept_errors_are_paced_and_serving_resumes(loop: str) -> None:
                 assert child.stdin is not None
                 assert child.stdout is not None
                 assert "ready" == child.stdout.readline().strip()
-                for _ in range(40):  # more idle connections than the daemon has descriptors
+                for _ in range(12):  # more idle connections than the daemon has descriptors
                     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     sock.connect(path)
                     idle.append(sock)
