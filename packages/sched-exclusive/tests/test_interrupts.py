@@ -61,9 +61,6 @@ def place(world: World, tmp_path: Path) -> Iterator[World]:
             "or on 3.11 or 3.13"
         )
     yield world
-    # The sessions interrupts dropped are collected here, under this module's filters:
-    # collected in a later test, their warnings would fail that test instead.
-    gc.collect()
     if world.kind != "flock":
         return
     for entry in Path("/proc/self/fd").iterdir():
