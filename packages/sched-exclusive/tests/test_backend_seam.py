@@ -18,7 +18,7 @@ import pytest
 from sched_exclusive import Outcome, RunError
 from sched_exclusive._backend import Backend, Change, Lease, NotStarted, Started
 from sched_exclusive._coalesce import Lines, coalesce
-from sched_exclusive._exclusive import _drive
+from sched_exclusive._driver import drive
 
 
 @final
@@ -71,7 +71,7 @@ class MemoryBackend:
 
 def request(backend: Backend, job: Callable[[], object], *, queue: bool = True) -> Outcome:
     lines = Lines(logging.getLogger("sched_exclusive.test.memory"), {})
-    return _drive(coalesce(backend, queue=queue, capacity=1, gate=None, log=lines), job)
+    return drive(coalesce(backend, queue=queue, capacity=1, gate=None, log=lines), job)
 
 
 def test_the_rules_run_over_a_memory_backend() -> None:

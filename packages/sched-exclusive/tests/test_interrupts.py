@@ -27,7 +27,15 @@ from sched_exclusive_testkit import Held, Interrupter, World, hooked, library_co
 
 import sched_lock._flock
 import sched_lock._slot
-from sched_exclusive import ExclusiveError, Outcome, _coalesce, _exclusive, _files
+from sched_exclusive import (
+    ExclusiveError,
+    Outcome,
+    _arguments,
+    _coalesce,
+    _driver,
+    _exclusive,
+    _files,
+)
 
 #: A session an interrupt dropped before anyone owned it (as ``take()`` returned)
 #: holds no lock; psycopg warns when it is collected, whenever the cycle of the
@@ -44,10 +52,12 @@ pytestmark = [
 def codes(world: World) -> frozenset[CodeType]:
     """The library's code a call on ``world`` runs through."""
     if world.kind == "flock":
-        return library_code(_coalesce, _exclusive, _files, sched_lock._flock, sched_lock._slot)
+        return library_code(
+            _arguments, _coalesce, _driver, _exclusive, _files, sched_lock._flock, sched_lock._slot
+        )
     from sched_exclusive import _postgres
 
-    return library_code(_coalesce, _exclusive, _postgres)
+    return library_code(_arguments, _coalesce, _driver, _exclusive, _postgres)
 
 
 @pytest.fixture

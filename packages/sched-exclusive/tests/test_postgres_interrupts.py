@@ -22,7 +22,15 @@ from typing import Any
 import pytest
 from sched_exclusive_testkit import Interrupter, PgWorld, close_postgres_sessions, library_code
 
-from sched_exclusive import Exclusive, Outcome, _coalesce, _exclusive, _postgres
+from sched_exclusive import (
+    Exclusive,
+    Outcome,
+    _arguments,
+    _coalesce,
+    _driver,
+    _exclusive,
+    _postgres,
+)
 
 #: Interrupt every STRIDE-th point (every one in a soak run).
 STRIDE = 1 if os.environ.get("SCHED_SOAK") == "1" else 5
@@ -57,7 +65,7 @@ def test_an_interrupt_never_leaves_a_stale_open_session(pg: PgWorld) -> None:
     next call runs."""
     if sys.version_info[:3] == (3, 12, 1) and sys.gettrace():
         pytest.skip("CPython 3.12.1 crashes when this tracer raises under coverage's")
-    library = library_code(_coalesce, _exclusive, _postgres)
+    library = library_code(_arguments, _coalesce, _driver, _exclusive, _postgres)
     ex: Exclusive = pg.exclusive()
     pool: Any = ex._backend.pool  # type: ignore[attr-defined]
 

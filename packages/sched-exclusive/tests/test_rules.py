@@ -738,13 +738,13 @@ def test_an_interrupt_outside_the_job_still_releases_first(world: World) -> None
     import sys
     import types
 
-    from sched_exclusive import _exclusive
+    from sched_exclusive import _driver
 
     if TYPE_CHECKING:
         from _typeshed import TraceFunction
 
-    code = _exclusive._drive.__code__
-    lines, first = inspect.getsourcelines(_exclusive._drive)
+    code = _driver.drive.__code__
+    lines, first = inspect.getsourcelines(_driver.drive)
     [target] = [first + i for i, line in enumerate(lines) if "_resume(step, failure)" in line]
     fired: list[int] = []
 

@@ -361,9 +361,11 @@ sys.path[:0] = sys.argv[1].split(os.pathsep)  # the test kits: this suite's and 
 from sched_exclusive_testkit import Interrupter, library_code
 import sched_lock._flock, sched_lock._slot
 from sched_exclusive import Exclusive, ExclusiveError, fencing_token, _coalesce, _exclusive, _files
-from sched_exclusive import _postgres
-flock = library_code(_coalesce, _exclusive, _files, sched_lock._flock, sched_lock._slot)
-postgres = library_code(_coalesce, _exclusive, _postgres)
+from sched_exclusive import _arguments, _driver, _postgres
+flock = library_code(
+    _arguments, _coalesce, _driver, _exclusive, _files, sched_lock._flock, sched_lock._slot
+)
+postgres = library_code(_arguments, _coalesce, _driver, _exclusive, _postgres)
 print("ready", flush=True)
 for line in sys.stdin:
     _, n, where = line.split(maxsplit=2)

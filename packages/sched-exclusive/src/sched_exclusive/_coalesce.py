@@ -3,7 +3,7 @@
 :func:`coalesce` is a generator that owns every decision: it yields each
 time a run of the job must start, receives the job's exception (or ``None``)
 back, and returns the :class:`Outcome`. The sync and asyncio drivers in
-:mod:`._exclusive` only call or await the job, so both follow exactly the
+:mod:`._driver` only call or await the job, so both follow exactly the
 same rules, and any backend that implements the seam inherits them.
 
 The rules, in the order a call meets them (they are the Go library's):

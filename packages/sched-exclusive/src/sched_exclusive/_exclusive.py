@@ -1,24 +1,25 @@
-"""``Exclusive``: the public face of the coalescing rules, sync and asyncio."""
+"""``Exclusive``: the public face of the coalescing rules, sync and asyncio.
+
+Its arguments are checked in :mod:`._arguments`; the rules (:mod:`._coalesce`)
+are driven by :mod:`._driver`, over :mod:`._files` or :mod:`._postgres`.
+"""
 
 from __future__ import annotations
 
-import errno
 import logging
-import math
 import os
-import stat
 from collections.abc import Awaitable, Callable
 
+from ._arguments import checked_capacity, checked_gate, existing_directory, postgres_arguments
 from ._backend import Backend
-from ._coalesce import Cycle, Lines, Step, coalesce
+from ._coalesce import Lines, Step, coalesce
 from ._compat import TYPE_CHECKING, final
+from ._driver import adrive, drive, on_loop
 from ._errors import CoordinationError
-from ._fence import RUNNING as _RUNNING
 from ._files import FileBackend, join
 from ._outcome import LOCK_NAME, QUEUE_NAME, Outcome
 
 if TYPE_CHECKING:
-    import asyncio
     from typing import Any
 
     from ._durations import Duration
@@ -26,32 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["Exclusive"]
 
 _LOGGER = logging.getLogger("sched_exclusive")
-#: The longest job name, in UTF-8 bytes: an incompressible name fits PostgreSQL's
-#: btree index on the name column (2704-byte rows) with room to spare.
-MAX_NAME_BYTES = 2600
-#: PostgreSQL's largest ``statement_timeout``, in milliseconds.
-MAX_STATEMENT_MS = 2**31 - 1
-
-
-def _existing_directory(directory: str) -> str:
-    """*directory*, or `CoordinationError` (outcome ``none``) naming it if it is no directory.
-
-    ``Exclusive`` never creates its directory: who owns it and its mode are the
-    application's choice (see the class), and a missing one is usually a volume
-    that is not mounted, where a directory made on the spot would coordinate
-    nobody.
-    """
-    try:
-        mode = os.stat(directory).st_mode  # noqa: PTH116 - a str path, as the backend's
-    except OSError as exc:
-        why = "does not exist" if exc.errno == errno.ENOENT else f"cannot be used: {exc.strerror}"
-        number = exc.errno if exc.errno is not None else errno.EIO
-        raise CoordinationError(number, f"Exclusive's directory {why}", directory) from exc
-    if not stat.S_ISDIR(mode):
-        raise CoordinationError(
-            errno.ENOTDIR, "Exclusive's directory is not a directory", directory
-        )
-    return directory
 
 
 @final
@@ -139,7 +114,7 @@ class Exclusive:
         queue_capacity: int = 1,
         gate: Callable[[], bool] | None = None,
     ) -> None:
-        directory = _existing_directory(os.fspath(dir))
+        directory = existing_directory(os.fspath(dir))
         backend = FileBackend(directory, logger if logger is not None else _LOGGER)
         self._setup(backend, logger, queue_capacity, gate, {"dir": directory})
         self._dir: str | None = directory
@@ -154,12 +129,8 @@ class Exclusive:
         gate: Callable[[], bool] | None,
         fields: dict[str, Any],
     ) -> None:
-        if isinstance(queue_capacity, bool) or not isinstance(queue_capacity, int):
-            raise TypeError(f"queue_capacity must be an int, not {queue_capacity!r}")
-        if gate is not None and not callable(gate):
-            raise TypeError(f"gate must be callable or None, not {gate!r}")
-        self._capacity = max(queue_capacity, 1)
-        self._gate = gate
+        self._capacity = checked_capacity(queue_capacity)
+        self._gate = checked_gate(gate)
         self._backend: Backend = backend
         self._lines = Lines(logger if logger is not None else _LOGGER, fields)
 
@@ -241,40 +212,9 @@ class Exclusive:
                 parse; a timeout that is not positive, a ``connect_timeout``
                 under 2 s, or a ``statement_timeout`` of 2**31 ms or more.
         """
-        from ._durations import to_seconds
         from ._postgres import PostgresBackend
 
-        if not isinstance(conninfo, str):
-            raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, not {type(name).__name__}")
-        if not name or "\0" in name:
-            raise ValueError(f"name must be non-empty text without NUL, not {name!r}")
-        try:
-            size = len(name.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"name must be valid Unicode text: it holds a lone surrogate "
-                f"({name[exc.start]!r}) at index {exc.start}, which UTF-8 cannot encode"
-            ) from None
-        if size > MAX_NAME_BYTES:
-            raise ValueError(
-                f"name must be at most {MAX_NAME_BYTES} bytes in UTF-8 (PostgreSQL's btree "
-                f"index on the name column takes rows of 2704 bytes at most), got {size}"
-            )
-        connect = to_seconds(connect_timeout, name="connect_timeout")
-        statement = to_seconds(statement_timeout, name="statement_timeout")
-        if connect < 2:
-            raise ValueError(
-                f"connect_timeout must be at least 2 seconds (libpq's minimum), got {connect}"
-            )
-        if statement <= 0:
-            raise ValueError(f"statement_timeout must be positive, got {statement}")
-        if math.ceil(statement * 1000) > MAX_STATEMENT_MS:
-            raise ValueError(
-                f"statement_timeout must be at most {MAX_STATEMENT_MS / 1000} seconds "
-                f"(PostgreSQL's limit: 2**31 - 1 milliseconds), got {statement}"
-            )
+        connect, statement = postgres_arguments(conninfo, name, connect_timeout, statement_timeout)
         self = cls.__new__(cls)
         lines_logger = logger if logger is not None else _LOGGER
         backend = PostgresBackend(
@@ -353,13 +293,13 @@ class Exclusive:
 
     async def _acoalesce(self, job: Callable[[], Awaitable[object]], *, queue: bool) -> Outcome:
         if not self._off_loop:
-            return await _adrive(self._coalesce(queue=queue), job, None)
+            return await adrive(self._coalesce(queue=queue), job, None)
         import asyncio
 
         loop = asyncio.get_running_loop()
         gate = self._gate
-        on_loop = None if gate is None else _on_loop(loop, gate)
-        return await _adrive(self._coalesce(queue=queue, gate=on_loop), job, loop)
+        called_on_loop = None if gate is None else on_loop(loop, gate)
+        return await adrive(self._coalesce(queue=queue, gate=called_on_loop), job, loop)
 
     def run(self, job: Callable[[], object]) -> Outcome:
         """Run ``job`` under the cycle lock, or queue a rerun if a cycle is in flight.
@@ -396,7 +336,7 @@ class Exclusive:
             KeyboardInterrupt: and any other ``BaseException`` from the job,
                 at once, after the lock is released.
         """
-        return _drive(self._coalesce(queue=True), job)
+        return drive(self._coalesce(queue=True), job)
 
     def run_or_skip(self, job: Callable[[], object]) -> Outcome:
         """Run ``job`` under the cycle lock, or skip this tick if a cycle is in flight.
@@ -417,7 +357,7 @@ class Exclusive:
             RunError: as for :meth:`run`.
             CoordinationError: as for :meth:`run` (``.outcome`` ``none``).
         """
-        return _drive(self._coalesce(queue=False), job)
+        return drive(self._coalesce(queue=False), job)
 
     async def arun(self, job: Callable[[], Awaitable[object]]) -> Outcome:
         """Await ``job()`` under the cycle lock, or queue a rerun: :meth:`run` for asyncio.
@@ -475,150 +415,3 @@ class Exclusive:
             return self._backend.read_counter()
         except OSError as exc:
             raise CoordinationError.from_os_error(exc, Outcome.NONE) from exc
-
-
-def _resume(step: Step, failure: Exception | None) -> Cycle | Outcome:
-    """Send ``failure`` into the rules: the next cycle to run, or the outcome."""
-    try:
-        return step.send(failure)
-    except StopIteration as stop:
-        outcome: Outcome = stop.value
-        return outcome
-
-
-def _drive(step: Step, job: Callable[[], object]) -> Outcome:
-    """Call ``job`` each time ``step`` asks for a run; return its outcome."""
-    try:
-        result = _resume(step, None)
-        while not isinstance(result, Outcome):
-            failure: Exception | None = None
-            outer = _RUNNING.get()  # restored whatever lands where: no stale cycle after
-            try:
-                _RUNNING.set(result)
-                job()
-            except Exception as exc:
-                failure = exc
-            except BaseException as exc:
-                step.throw(exc)  # releases the lock, then re-raises exc
-                raise
-            finally:
-                _RUNNING.set(outer)
-            result = _resume(step, failure)
-        return result
-    finally:
-        # An exception that lands outside the job (a SIGINT right after it
-        # returned) leaves the rules suspended: release the lock now, not
-        # when the traceback holding this frame is dropped.
-        step.close()
-
-
-async def _adrive(
-    step: Step, job: Callable[[], Awaitable[object]], loop: asyncio.AbstractEventLoop | None
-) -> Outcome:
-    """Await ``job()`` each time ``step`` asks for a run; return its outcome.
-
-    With ``loop``, every step of the rules (their statements) runs in the
-    library's own threads (never the loop's default executor), and the job on
-    the loop.
-    """
-    try:
-        if loop is None:
-            result = _resume(step, None)
-        else:
-            result = await _off_loop(loop, _resume, step, None)
-        while not isinstance(result, Outcome):
-            failure: Exception | None = None
-            outer = _RUNNING.get()
-            try:
-                _RUNNING.set(result)
-                await job()
-            except Exception as exc:
-                failure = exc
-            except BaseException as exc:  # CancelledError included
-                if loop is None:
-                    step.throw(exc)
-                else:
-                    await _off_loop(loop, _throw, step, exc)
-                raise
-            finally:
-                _RUNNING.set(outer)
-            if loop is None:
-                result = _resume(step, failure)
-            else:
-                result = await _off_loop(loop, _resume, step, failure)
-        return result
-    finally:
-        if loop is None:
-            step.close()  # as in _drive
-        # Suspended in a run: release off the loop. (A generator's gi_suspended, which
-        # the Generator protocol does not declare.)
-        elif getattr(step, "gi_suspended", False):
-            await _off_loop(loop, step.close)
-
-
-def _throw(step: Step, exc: BaseException) -> None:
-    """Throw ``exc`` into the rules (they release, then re-raise it); swallow that."""
-    try:
-        step.throw(exc)
-    except BaseException as raised:
-        if raised is not exc:
-            raise
-
-
-async def _off_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn(*args)`` on the library's own threads and return its result.
-
-    Whatever interrupts the wait (a cancellation, an exception a signal
-    handler raised on the loop's thread), it waits for ``fn`` to finish (the
-    rules must never run twice at once, nor be left holding a lock they were
-    stepping to: the caller closes them next, and a statement in flight ends
-    within the timeouts), then propagates.
-    """
-    import asyncio
-
-    done = loop.create_future()  # made before the work is handed over: never lost
-
-    def work() -> None:
-        # Settled by the future's own methods: no code of ours runs on the
-        # loop's thread between the work's end and the waiter's resumption.
-        try:
-            result = fn(*args)
-        except BaseException as exc:
-            loop.call_soon_threadsafe(done.set_exception, exc)
-        else:
-            loop.call_soon_threadsafe(done.set_result, result)
-
-    from ._offloop import submit
-
-    handed: list[object] = []  # the work, once on its way (see submit)
-    try:
-        submit(loop, work, handed)
-        return await asyncio.shield(done)
-    except BaseException:
-        while handed and not done.done():
-            try:
-                await asyncio.wait([done])
-            except asyncio.CancelledError:
-                continue
-        if not done.cancelled() and done.exception() is not None:
-            done.exception()  # retrieved: the interruption wins
-        raise
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop, gate: Callable[[], bool]) -> Callable[[], bool]:
-    """``gate``, called on ``loop``'s thread from wherever the rules run."""
-    from concurrent.futures import Future
-
-    def call() -> bool:
-        answer: Future[bool] = Future()
-
-        def ask() -> None:
-            try:
-                answer.set_result(bool(gate()))
-            except BaseException as exc:  # the rules keep a raising gate's error
-                answer.set_exception(exc)
-
-        loop.call_soon_threadsafe(ask)
-        return answer.result()
-
-    return call

@@ -1,6 +1,6 @@
 """What a running job asks of its cycle: ``lock_lost``, ``fencing_token``, ``fence``.
 
-The drivers in :mod:`._exclusive` set :data:`RUNNING` around each run.
+The drivers in :mod:`._driver` set :data:`RUNNING` around each run.
 """
 
 from __future__ import annotations
