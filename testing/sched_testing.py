@@ -19,16 +19,18 @@ copies this file beside each wheel's tests), so any suite can
 - `Interrupter`, `library_code`: the interrupt sweep's tracer, which raises
   ``KeyboardInterrupt`` (or kills the process) at the n-th point inside a
   library's own code where CPython runs signal handlers, for every n.
-- ``test_stopwatch_*``: the contract of the copied ``_stopwatch`` module
-  (tools/copies.py); each package that carries a copy imports them into its
-  ``tests/test_copied.py`` beside a ``stopwatch`` fixture returning its copy;
-  ``test_durations_*`` likewise for ``_durations`` (a ``durations`` fixture).
+- `copied_contracts`: the contract tests of the modules tools/copies.py copies
+  into several packages (``test_stopwatch_*``, ``test_durations_*``), with the
+  fixtures that hand them one package's copies: each carrier's
+  ``tests/test_copied.py`` runs them on the copies it ships.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dis
+import importlib
+import importlib.util
 import inspect
 import os
 import select
@@ -50,11 +52,13 @@ from typing import Any, final
 import pytest
 
 __all__ = [
+    "CONTRACTS",
     "DEADLINE",
     "MIN_GO",
     "Child",
     "GoToolchain",
     "Interrupter",
+    "copied_contracts",
     "fd_targets",
     "find_go",
     "hex_lines",
@@ -460,12 +464,43 @@ class Interrupter:
         sys.settrace(self._previous)
 
 
-# --- the contract of the copied stop watcher ------------------------------------------------
+# --- the contracts of the copied modules ----------------------------------------------------
 #
-# tools/copies.py copies one `_stopwatch` into several packages; each package runs
-# these tests on its own copy (the copy its wheel ships, which its coverage counts)
-# by importing them into a test module beside a ``stopwatch`` fixture that returns
-# the copy: ``from sched_testing import test_stopwatch_...``.
+# tools/copies.py copies a module into several packages; each package runs its
+# contract tests on its own copy (the copy its wheel ships, which its coverage
+# counts): its tests/test_copied.py is ``globals().update(copied_contracts(NAME))``.
+
+#: The copied modules that have contract tests here, by the name of the fixture their
+#: tests take (and of their prefix: ``test_<fixture>_``).
+CONTRACTS = {"stopwatch": "_stopwatch", "durations": "_durations"}
+
+
+def copied_contracts(package: str) -> dict[str, object]:
+    """What a test module needs to run the contracts on *package*'s copies.
+
+    For each module of `CONTRACTS` that *package* carries: the fixture that
+    returns its copy, and every ``test_<fixture>_*`` of this module. A test
+    module takes them with ``globals().update(copied_contracts("sched_loop"))``,
+    so a contract test added here reaches every copy.
+    """
+    importlib.import_module(package)  # a package that is not there fails here, loudly
+    found: dict[str, object] = {}
+    for fixture, module in CONTRACTS.items():
+        if importlib.util.find_spec(f"{package}.{module}") is None:
+            continue  # the package carries no copy of this one
+        copy = importlib.import_module(f"{package}.{module}")
+        found[fixture] = pytest.fixture(name=fixture)(_returning(copy))
+        prefix = f"test_{fixture}_"
+        found.update((name, value) for name, value in globals().items() if name.startswith(prefix))
+    return found
+
+
+def _returning(copy: ModuleType) -> Callable[[], ModuleType]:
+    def the_copy() -> ModuleType:
+        """The copy under test: the package's own."""
+        return copy
+
+    return the_copy
 
 
 def _stopwatch_threads(stopwatch: ModuleType) -> set[threading.Thread]:
@@ -586,9 +621,6 @@ def test_stopwatch_a_forked_child_watches_an_event_its_parent_watched(
 
 
 # --- the contract of the copied duration rules ----------------------------------------------
-#
-# As the stop watcher's: a package imports these beside a ``durations`` fixture that
-# returns its own copy of ``_durations``.
 
 
 def test_durations_take_a_timedelta_or_seconds(durations: ModuleType) -> None:

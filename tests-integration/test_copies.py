@@ -59,29 +59,19 @@ def test_copied_modules_are_not_exported() -> None:
                 assert f"{node.module}.py" not in copies.COPIES, (init, node.module)
 
 
-#: The copied modules that have contract tests in testing/sched_testing.py, and the
-#: fixture (and test-name prefix) each package's tests/test_copied.py gives them.
-CONTRACTS = {"_stopwatch.py": "stopwatch", "_durations.py": "durations"}
-
-
 def test_every_copy_runs_its_contract_in_its_package() -> None:
-    """Each package that carries a copied module with a contract imports every one of
-    that contract's tests into its ``tests/test_copied.py`` and defines the fixture that
-    hands them its copy: a new contract test reaches every copy, or this fails."""
-    shared = ast.parse((ROOT / "testing" / "sched_testing.py").read_text())
-    defined = {node.name for node in shared.body if isinstance(node, ast.FunctionDef)}
-    for module, fixture in CONTRACTS.items():
-        contract = {name for name in defined if name.startswith(f"test_{fixture}_")}
-        assert contract, f"no contract tests for {module} in testing/sched_testing.py"
+    """Each copied module with contract tests has a source here, and each package that
+    carries a copy of one runs the contracts on its own copies (its tests/test_copied.py
+    takes ``copied_contracts`` of its own name, which finds every contract test)."""
+    sys.path.insert(0, str(ROOT / "testing"))
+    try:
+        import sched_testing
+    finally:
+        sys.path.remove(str(ROOT / "testing"))
+    modules = {f"{module}.py" for module in sched_testing.CONTRACTS.values()}
+    assert modules <= set(copies.COPIES)
+    for module in sorted(modules):
         for package in copies.COPIES[module]:
             (tests,) = ROOT.glob(f"packages/*/src/{package}/../../tests")
-            tree = ast.parse((tests / "test_copied.py").read_text())
-            imported = {
-                alias.name
-                for node in tree.body
-                if isinstance(node, ast.ImportFrom) and node.module == "sched_testing"
-                for alias in node.names
-            }
-            fixtures = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-            assert contract <= imported, (package, sorted(contract - imported))
-            assert fixture in fixtures, (package, fixture)
+            text = (tests / "test_copied.py").read_text()
+            assert f'globals().update(copied_contracts("{package}"))' in text, package
