@@ -101,7 +101,8 @@ _NUMBER_SHAPE = bytes(
     0x30 if chr(b).isdigit() and b < 0x80 else 0x65 if b in b"eE" else 0x2B if b in b"+-" else 0x20
     for b in range(256)
 )
-_BIG_NUMBER_SHAPES = (b"e000", b"e+000", b"0" * 200)
+_BIG_EXPONENT = re.compile(rb"e\+?000")  # one pass for e000 and e+000
+_LONG_DIGITS = b"0" * 200
 _FLOAT_MAX = 1.7976931348623157e308
 
 _CONTAINER, _STRING, _SCALAR = 1, 2, 3
@@ -259,10 +260,9 @@ def _may_overflow(shape: bytes | bytearray) -> bool:
     Each search is a C pass; the exponent shapes are only looked for where an
     exponent shows at all (a search for ``e000`` in a text of digits is slow).
     """
-    e000, e_000, digits = _BIG_NUMBER_SHAPES
-    if b"e" in shape and (e000 in shape or e_000 in shape):
+    if b"e" in shape and _BIG_EXPONENT.search(shape):
         return True
-    return digits in shape
+    return _LONG_DIGITS in shape
 
 
 # Bytes that may stand outside a string in valid JSON, brackets aside: whitespace,
@@ -591,11 +591,15 @@ def _batch(
     try:
         batch, end = decode(piece)
     except (ValueError, RecursionError) as exc:
-        frame.probe_until = base + stop
-        # Failing at the piece's end, the cut fell inside an element (a large one, which
-        # the caller walks into and batches on its own); failing before it, something
-        # in the piece is too deep or faulty, and its elements go one at a time too.
-        frame.inherit = not isinstance(exc, json.JSONDecodeError) or exc.pos < len(piece) - 1
+        if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(piece) - 1:
+            # Failing at the piece's end, the cut fell inside an element: take the next
+            # one on its own (a large one is walked into and batched inside), which
+            # also shows the separator between elements to cut at from then on.
+            frame.probe_until = base + pos
+            frame.inherit = False
+        else:  # something in the piece is too deep or faulty: one at a time, inside too
+            frame.probe_until = base + stop
+            frame.inherit = True
         return -1, False
     if end < len(piece):
         # The container closed inside the piece: piece[end - 1] is its close.
@@ -861,11 +865,17 @@ class RequestReader:
         else:
             in_string = False
         self._in_string = in_string
-        self._depth += (
-            reduced.count(b"[") + reduced.count(b"{") - reduced.count(b"]") - reduced.count(b"}")
-        )
         if self._open is not None:
             self._match(reduced)
+        if self._open is not None:
+            self._depth = len(self._open)  # the brackets still open (none: the value closed)
+        else:
+            self._depth += (
+                reduced.count(b"[")
+                + reduced.count(b"{")
+                - reduced.count(b"]")
+                - reduced.count(b"}")
+            )
 
     def _match(self, brackets: bytes) -> None:
         """Pair *brackets* with the ones still open, so that ``[}`` is refused as it arrives.
