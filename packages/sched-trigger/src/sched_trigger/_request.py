@@ -191,8 +191,8 @@ class _Frame:
         "close",
         "inherit",
         "items",
-        "mapped",
         "key",
+        "mapped",
         "pairs",
         "probe_until",
         "sep",
@@ -576,6 +576,8 @@ class _Mapping:
 
     def __next__(self) -> Any:
         raise _Room
+
+
 # A number ending this close to the window's end may go on past it.
 _NUMBER_TAIL = 4
 _NUMBER_START = frozenset("-0123456789")
