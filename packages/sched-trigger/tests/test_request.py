@@ -549,6 +549,16 @@ def test_surrogate_escapes_decode_as_go_decodes_them(units: list[int]) -> None:
     assert (True, expected) == feed_all([f'"{escaped}"\n'.encode()])  # the one-chunk path
 
 
+def test_a_surrogate_escape_cut_by_reads_is_replaced() -> None:
+    """A ``\\u`` escape of a lone surrogate becomes U+FFFD however the reads cut it (the
+    framer looks for one across each read's end), beside escapes that change nothing."""
+    data = b'["a\\n", "\\ud800", "\\\\ud800"]\n'
+    expected = ["a\n", "\ufffd", "\\ud800"]
+    for first, second in itertools.combinations(range(1, len(data)), 2):
+        chunks = [data[:first], data[first:second], data[second:]]
+        assert (True, expected) == feed_all(chunks)
+
+
 def test_surrogates_are_replaced_in_members_kept_for_a_dataclass() -> None:
     """Decoded for a dataclass (members kept in order, repeats too), keys and values,
     nested ones included, get U+FFFD for a lone surrogate escape as well."""
