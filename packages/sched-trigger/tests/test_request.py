@@ -559,6 +559,30 @@ def test_a_surrogate_escape_cut_by_reads_is_replaced() -> None:
         assert (True, expected) == feed_all(chunks)
 
 
+def test_surrogates_in_a_large_value_are_replaced_in_slices() -> None:
+    """Replacing lone surrogates in a large decoded value goes a range of items at a time
+    (the server runs one slice per turn), in lists, dicts and kept members alike."""
+    count = 50_000
+    value: Any = {
+        "list": ["\ud800"] * count,
+        "dict": {f"k{i}\udc00": "\udfff" for i in range(count)},
+        "members": request.Pairs((f"m{i}", "\ud800") for i in range(count)),
+    }
+    steps = request._replacing(value)
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            fixed = stop.value
+            break
+        yields += 1
+    assert yields >= 3 * count // request._REPLACE_STEP
+    assert ["\ufffd"] * count == fixed["list"]
+    assert {f"k{i}\ufffd": "\ufffd" for i in range(count)} == fixed["dict"]
+    assert [(f"m{i}", "\ufffd") for i in range(count)] == fixed["members"]
+
+
 def test_surrogates_are_replaced_in_members_kept_for_a_dataclass() -> None:
     """Decoded for a dataclass (members kept in order, repeats too), keys and values,
     nested ones included, get U+FFFD for a lone surrogate escape as well."""

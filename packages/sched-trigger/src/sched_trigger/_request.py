@@ -395,7 +395,7 @@ def _decoding(
             except ValueError as exc:
                 raise _invalid(exc) from None
             else:
-                return _done(value, end, surrogates)
+                return (yield from _done(value, end, surrogates))
     mode = _VALUE
     work = 0
     need = ahead  # what the window must hold from pos on, unless it holds all there is
@@ -462,7 +462,7 @@ def _decoding(
                 need = max(2 * (size - pos), ahead)
                 continue  # a number the window's end may have cut (12|34, 1.|5)
             if not stack:
-                return _done(value, base + end, surrogates)
+                return (yield from _done(value, base + end, surrogates))
             stack[-1].add(value)
             work += end - pos
             pos = end
@@ -541,7 +541,7 @@ def _decoding(
         closed = stack.pop().items
         pos += 1
         if not stack:
-            return _done(closed, base + pos, surrogates)
+            return (yield from _done(closed, base + pos, surrogates))
         stack[-1].add(closed)
         mode = _AFTER
 
@@ -656,9 +656,9 @@ def _batch(
     return -1, False
 
 
-def _done(value: Any, end: int, surrogates: bool) -> tuple[Any, int]:
+def _done(value: Any, end: int, surrogates: bool) -> Generator[None, None, tuple[Any, int]]:
     if surrogates:
-        value = _replace_surrogates(value)
+        value = yield from _replacing(value)
     return value, end
 
 
@@ -690,30 +690,56 @@ def decode_value(data: bytes | bytearray, *, pairs: bool = False) -> Any:
 
 def _replace_surrogates(value: Any) -> Any:
     """Replace each lone surrogate in *value*'s strings and keys with U+FFFD (no recursion)."""
-    if isinstance(value, str):
-        return replace_surrogates(value)
+    return finish(_replacing(value))
+
+
+# Items `_replacing` looks at between two yields.
+_REPLACE_STEP = 4096
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replacing(value: Any) -> Generator[None, None, Any]:
+    """`_replace_surrogates`, yielding every `_REPLACE_STEP` items or so.
+
+    A large container is taken a range of items at a time, so no step looks at
+    all of it (a dict's keys are searched joined, and the dict is rebuilt only
+    when one of them holds a surrogate).
+    """
     root: list[Any] = [value]
-    # (container, key, member): member marks the value half of a Pairs member's tuple.
-    stack: list[tuple[Any, Any, bool]] = [(root, 0, False)]
+    # (container, first, last, member, keys): container's items first..last are left.
+    # member: a Pairs, whose items are (name, value) tuples; keys: a dict's, in order.
+    stack: list[tuple[Any, int, int, bool, list[str] | None]] = [(root, 0, 1, False, None)]
+    work = 0
     while stack:
-        container, key, member = stack.pop()
-        item = container[key][1] if member else container[key]
-        fixed = item
-        if isinstance(item, str):
-            fixed = replace_surrogates(item)
-        elif isinstance(item, Pairs):
-            for i, (name, inner) in enumerate(item):
-                item[i] = (replace_surrogates(name), inner)
-                stack.append((item, i, True))
-        elif isinstance(item, list):
-            stack.extend((item, i, False) for i in range(len(item)))
-        elif isinstance(item, dict):
-            pairs = [(replace_surrogates(k), v) for k, v in item.items()]
-            if any(k != old for (k, _), old in zip(pairs, item, strict=True)):
-                fixed = last_wins(pairs)
-            stack.extend((fixed, k, False) for k in fixed)
-        if fixed is not item:
-            container[key] = (container[key][0], fixed) if member else fixed
+        if work >= _REPLACE_STEP:
+            work = 0
+            yield
+        container, first, last, member, keys = stack.pop()
+        end = min(last, first + _REPLACE_STEP)
+        if end < last:
+            stack.append((container, end, last, member, keys))
+        work += end - first
+        for index in range(first, end):
+            key: Any = index if keys is None else keys[index]
+            if member:
+                name, item = container[key]
+                fixed_name = replace_surrogates(name)
+            else:
+                item = container[key]
+            fixed = item
+            if isinstance(item, str):
+                fixed = replace_surrogates(item)
+            elif isinstance(item, list):  # Pairs too
+                stack.append((item, 0, len(item), isinstance(item, Pairs), None))
+            elif isinstance(item, dict):
+                if _LONE_SURROGATE.search("".join(item)):
+                    fixed = last_wins([(replace_surrogates(k), v) for k, v in item.items()])
+                stack.append((fixed, 0, len(fixed), False, list(fixed)))
+            if member:
+                if fixed is not item or fixed_name is not name:
+                    container[key] = (fixed_name, fixed)
+            elif fixed is not item:
+                container[key] = fixed
     return root[0]
 
 
