@@ -402,6 +402,7 @@ def _decoding(
     to_quote = False  # a string runs past the window: read on to a quote that may end it
     closed: Any = None
     while True:
+        work += _STEP  # a step of the walk itself (a bracket, a key, an element taken alone)
         if work >= slice_:
             work = 0
             yield
@@ -431,7 +432,7 @@ def _decoding(
                     try:
                         value, end = decode(text[pos : pos + _PROBE])
                     except (ValueError, RecursionError):
-                        pass  # large, deep or faulty: walk into it
+                        work += _PROBE  # large, deep or faulty: walk into it
                     else:
                         stack[-1].add(value)
                         work += end
@@ -547,6 +548,8 @@ def _decoding(
 
 
 _VALUE, _ELEMENT, _AFTER = 0, 1, 2
+# What one step of the walk counts as, in characters decoded (about as long in time).
+_STEP = 64
 # A list this long is given its own mapping before it grows on (see _Mapping).
 _MAP_AT = 1 << 16
 
@@ -958,13 +961,19 @@ class RequestReader:
 
         Matched neighbours are removed a few passes over (each in C); what is left
         is closes, then opens, unless two brackets mismatch. Nesting too deep to
-        unwind in a few passes turns the check off (the decoder refuses a mismatch).
+        unwind in a few passes, or in passes over three times the chunk's brackets
+        in all, turns the check off (the decoder refuses a mismatch).
         """
+        budget = 3 * len(brackets)
         for _ in range(_MATCH_PASSES):
+            budget -= len(brackets)
             shorter = brackets.replace(b"[]", b"").replace(b"{}", b"")
             if len(shorter) == len(brackets):
                 break
             brackets = shorter
+            if budget < len(brackets):
+                self._open = None
+                return
         else:
             self._open = None
             return
