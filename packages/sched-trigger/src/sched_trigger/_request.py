@@ -44,8 +44,10 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
+import gc
 import json
 import re
+import time
 import types
 import typing
 from collections.abc import Callable, Generator
@@ -377,7 +379,8 @@ def _decoding(
     """
     decode = _DECODERS[(pairs, careful)].raw_decode
     slice_ = SLICE
-    ahead = 2 * slice_ + _PROBE
+    span = slice_  # the characters a batch takes, about: from SLICE up, by what it costs
+    ahead = 2 * span + _PROBE
     text = source.read(max(_WINDOW, ahead))
     final = source.done
     size = len(text)
@@ -503,8 +506,14 @@ def _decoding(
                     f"at offset {base + pos}"
                 )
             if base + pos > frame.probe_until and len(stack) <= _C_DEPTH:
-                after, closes = _batch(text, pos, base, frame, decode)
-                work += slice_
+                began = time.perf_counter()
+                after, closes, batch = _batch(text, pos, frame, decode, base=base, span=span)
+                if batch:
+                    work += after - pos
+                    span = _next_span(span, after - pos, batch, time.perf_counter() - began)
+                    ahead = 2 * span + _PROBE
+                else:
+                    work += span
                 if after >= 0:
                     pos = after
                     if not closes:
@@ -550,6 +559,12 @@ def _decoding(
 _VALUE, _ELEMENT, _AFTER = 0, 1, 2
 # What one step of the walk counts as, in characters decoded (about as long in time).
 _STEP = 64
+# A batch of containers the collector follows should take about this long, in seconds
+# (up to this many times SLICE characters); one of plain elements should make about
+# this many (up to SLICE characters); either takes a quarter of SLICE at least.
+_BATCH_TIME = 0.003
+_BATCH_ITEMS = 4096
+_SPAN_MAX = 4
 # A list this long is given its own mapping before it grows on (see _Mapping).
 _MAP_AT = 1 << 16
 
@@ -612,26 +627,33 @@ _SCALAR_TAIL = 8
 
 
 def _batch(
-    text: str, pos: int, base: int, frame: _Frame, decode: Callable[..., tuple[Any, int]]
-) -> tuple[int, bool]:
-    """Decode elements from *pos* up to a separator about `SLICE` on, verified by the decoder.
+    text: str,
+    pos: int,
+    frame: _Frame,
+    decode: Callable[..., tuple[Any, int]],
+    *,
+    base: int,
+    span: int,
+) -> tuple[int, bool, Any]:
+    """Decode elements from *pos* up to a separator about *span* on, verified by the decoder.
 
     *base* is where *text* starts in the request (``probe_until`` counts from there).
 
     Returns:
-        ``(offset after the batch's last comma, False)``, or ``(offset after the
-        container's close, True)``, or ``(-1, False)`` when no batch fits (the
-        caller then takes elements one at a time, up to ``frame.probe_until``).
+        ``(offset after the batch's last comma, False, batch)``, or ``(offset
+        after the container's close, True, batch)``, or ``(-1, False, None)``
+        when no batch fits (the caller then takes elements one at a time, up to
+        ``frame.probe_until``). *batch*: the elements decoded, merged into the frame.
     """
     size = len(text)
     cut = -1
     if frame.sep:
-        cut = text.find(frame.sep, pos + SLICE)
+        cut = text.find(frame.sep, pos + span)
         if cut >= 0:
             cut += frame.sep_at
     if cut < 0:
-        cut = text.find(",", pos + SLICE)
-    stop = cut if cut >= 0 else min(size, pos + 2 * SLICE)
+        cut = text.find(",", pos + span)
+    stop = cut if cut >= 0 else min(size, pos + 2 * span)
     opener = "[" if frame.close == "]" else "{"
     piece = "".join((opener, text[pos:stop], frame.close))
     try:
@@ -646,17 +668,41 @@ def _batch(
         else:  # something in the piece is too deep or faulty: one at a time, inside too
             frame.probe_until = base + stop
             frame.inherit = True
-        return -1, False
+        return -1, False, None
     if end < len(piece):
         # The container closed inside the piece: piece[end - 1] is its close.
         frame.merge(batch)
-        return pos + end - 1, True
+        return pos + end - 1, True, batch
     if cut >= 0:
         frame.merge(batch)
-        return cut + 1, False
+        return cut + 1, False, batch
     frame.probe_until = base + stop  # only the close we added ended it: not a batch
     frame.inherit = False
-    return -1, False
+    return -1, False, None
+
+
+def _next_span(span: int, chars: int, batch: Any, took: float) -> int:
+    """How many characters the next batch should take, from what the last one cost.
+
+    Its elements are then merged into the container (a reference taken and one
+    given back, each): plain ones (strings, numbers, empty or flat objects, which
+    the garbage collector does not follow) are still in the processor's cache if
+    a batch makes about `_BATCH_ITEMS` of them; containers the collector follows
+    go in batches of about `_BATCH_TIME`, as few as that allows, since every
+    batch of them sets off a collection of the young generation.
+    """
+    if isinstance(batch, dict):
+        sample = next(iter(batch.values()))
+    else:
+        sample = batch[-1][1] if isinstance(batch, Pairs) else batch[-1]
+    if gc.is_tracked(sample):
+        if took < _BATCH_TIME / 2:
+            span = min(2 * span, _SPAN_MAX * SLICE)
+        elif took > 2 * _BATCH_TIME:
+            span //= 2
+    else:
+        span = min(chars * _BATCH_ITEMS // len(batch), SLICE)
+    return max(SLICE // 4, span, 1)
 
 
 def _done(value: Any, end: int, surrogates: bool) -> Generator[None, None, tuple[Any, int]]:
