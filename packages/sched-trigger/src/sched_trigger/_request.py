@@ -411,7 +411,7 @@ def _decoding(
             yield
         if size - pos < need and not final:
             parts = [text[pos:]] if pos < size else []
-            new = source.read(max(need, _WINDOW))
+            new = source.read(max(need, _WINDOW, 4 * ahead))
             parts.append(new)
             read = len(new)
             while to_quote and '"' not in new and not source.done:
@@ -511,7 +511,7 @@ def _decoding(
                 if batch:
                     work += after - pos
                     span = _next_span(span, after - pos, batch, time.perf_counter() - began)
-                    ahead = 2 * span + _PROBE
+                    need = ahead = 2 * span + _PROBE
                 else:
                     work += span
                 if after >= 0:
