@@ -16,9 +16,9 @@ write); the value is then decoded once, from its first byte. The size cap
 counts every byte from the start of the stream to the end of the value,
 leading whitespace included, as Go's ``io.LimitReader`` does.
 
-Decoding is `decoding`, a generator that does at most about `SLICE` bytes of
-work between two yields, so the server runs a large request as a chain of
-short loop callbacks. It reads the request's bytes as text a window at a time
+Decoding is `decoding`, a generator that does about `SLICE` characters of
+work between two yields (or one batch of containers, of about 3 ms), so the
+server runs a large request as a chain of short loop callbacks. It reads the request's bytes as text a window at a time
 (UTF-8 decoded as the decoder reaches them, never joined into one string), and
 decodes batches of a container's elements with the C decoder, cutting at a
 separator it then verifies (the batch must parse exactly up to the cut), and
@@ -72,7 +72,7 @@ __all__ = [
 
 #: Go's ``encoding/json`` refuses values nested deeper than this.
 MAX_DEPTH = 10_000
-#: About how many bytes of decoding work `decoding` does between two yields.
+#: About how many characters of decoding work `decoding` does between two yields.
 SLICE = 32 * 1024
 #: A first chunk up to this size that holds the whole request is decoded at once (`whole`).
 WHOLE = 64 * 1024
@@ -379,7 +379,7 @@ def _decoding(
     """
     decode = _DECODERS[(pairs, careful)].raw_decode
     slice_ = SLICE
-    span = slice_  # the characters a batch takes, about: from SLICE up, by what it costs
+    span = slice_  # the characters a batch takes, about, by what the last one cost
     ahead = 2 * span + _PROBE
     text = source.read(max(_WINDOW, ahead))
     final = source.done
