@@ -754,7 +754,7 @@ class Server(Generic[P]):
 #: Elements freed at a time when a large decoded value is let go.
 _FREE_SLICE = 8 * 1024
 #: At most this many slices freed per turn of the loop, among every value let go.
-_FREE_SLICES = 3
+_FREE_SLICES = 2
 #: How many turns a finished job's payload is waited for, to be ours alone.
 _RECLAIM_TURNS = 64
 _CONTAINERS = (list, dict, Pairs)
