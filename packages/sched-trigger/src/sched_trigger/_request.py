@@ -18,13 +18,14 @@ leading whitespace included, as Go's ``io.LimitReader`` does.
 
 Decoding is `decoding`, a generator that does about `SLICE` characters of
 work between two yields (or one batch of containers, of about 3 ms), so the
-server runs a large request as a chain of short loop callbacks. It reads the request's bytes as text a window at a time
-(UTF-8 decoded as the decoder reaches them, never joined into one string), and
-decodes batches of a container's elements with the C decoder, cutting at a
-separator it then verifies (the batch must parse exactly up to the cut), and
-walks into an element only when a batch fails: close to ``json.loads``' own
-cost, no step that copies or touches the whole request, and no recursion, so
-nesting goes as deep as Go's 10,000 levels.
+server runs a large request as a chain of short loop callbacks. It reads the
+request's bytes as text a window at a time (UTF-8 decoded as the decoder
+reaches them, never joined into one string), and decodes batches of a
+container's elements with the C decoder, cutting at a separator it then
+verifies (the batch must parse exactly up to the cut), and walks into an
+element only when a batch fails: close to ``json.loads``' own cost, no step
+that copies or touches the whole request, and no recursion, so nesting goes
+as deep as Go's 10,000 levels.
 
 Decoding follows Go's ``encoding/json``: bytes that are not UTF-8 become
 U+FFFD, one per byte; a ``\\u`` escape of a lone surrogate becomes U+FFFD;
