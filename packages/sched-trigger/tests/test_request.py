@@ -357,11 +357,38 @@ def test_framing_completes_exactly_when_the_value_does(value: Any, data: st.Data
     """Split anywhere (inside escapes, between a backslash and what it escapes), a value is
     reported complete by the chunk that holds its last byte, never before, and decodes to
     json.loads' result."""
-    text = json.dumps(value).encode()
+    assert_framed_exactly(json.dumps(value).encode(), data, 6)
+
+
+#: Strings of what may also stand outside a string (separators, whitespace, the letters of
+#: true, false and null) and two bytes that may not: framing places the quotes of a chunk
+#: with no bracket, digit or backslash from the texts around its last quotes alone.
+plain_text = st.text(st.sampled_from(" ,:+-.eEtrufalsn\tx\u00e9"), max_size=10)
+plain_values = st.recursive(
+    st.none() | st.booleans() | plain_text,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(plain_text, children, max_size=4)
+    ),
+    max_leaves=16,
+)
+
+
+@given(value=plain_values, data=st.data(), ascii_only=st.booleans())
+def test_framing_places_quotes_in_plain_chunks_exactly(
+    value: Any, data: st.DataObject, ascii_only: bool
+) -> None:
+    """Chunks of strings and separators only (no bracket, digit or backslash), cut anywhere,
+    leave the string state where a pass over every quote would: the value is complete with
+    the chunk that holds its last byte, never before."""
+    assert_framed_exactly(json.dumps(value, ensure_ascii=ascii_only).encode(), data, 12)
+
+
+def assert_framed_exactly(text: bytes, data: st.DataObject, cuts: int) -> None:
+    """Cut *text* in up to *cuts* places: complete exactly with its last byte, as json.loads."""
     if not text.startswith((b"[", b"{", b'"')):
         text = b"[" + text + b"]"
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(text) - 1), max_size=6)))
-    chunks = [*split(text, cuts), b"\n"]
+    points = sorted(data.draw(st.sets(st.integers(1, len(text) - 1), max_size=cuts)))
+    chunks = [*split(text, points), b"\n"]
     reader = RequestReader(CAP)
     for index, chunk in enumerate(chunks):
         complete = reader.feed(chunk)
@@ -373,14 +400,21 @@ def test_framing_completes_exactly_when_the_value_does(value: Any, data: st.Data
 
 
 @contextlib.contextmanager
-def small_slices(slice_: int, probe: int, c_depth: int) -> Iterator[None]:
-    """Make the decoder cut its work small, so a small value takes every path of a large one."""
-    saved = (request.SLICE, request._PROBE, request._C_DEPTH)
-    request.SLICE, request._PROBE, request._C_DEPTH = slice_, probe, c_depth
+def small_slices(slice_: int, probe: int, c_depth: int, window: int = 1) -> Iterator[None]:
+    """Make the decoder cut its work small, so a small value takes every path of a large one:
+    batches, probes, the depth the C decoder is trusted with, and the windows of text it
+    reads the request in (a few characters at a time: every value straddles some)."""
+    saved = (request.SLICE, request._PROBE, request._C_DEPTH, request._WINDOW)
+    request.SLICE, request._PROBE, request._C_DEPTH, request._WINDOW = (
+        slice_,
+        probe,
+        c_depth,
+        window,
+    )
     try:
         yield
     finally:
-        request.SLICE, request._PROBE, request._C_DEPTH = saved
+        request.SLICE, request._PROBE, request._C_DEPTH, request._WINDOW = saved
 
 
 @given(
@@ -398,6 +432,38 @@ def test_sliced_decoding_agrees_with_json_loads(
     text = json.dumps(value, indent=indent)
     with small_slices(slice_, probe, c_depth):
         assert (json.loads(text), len(text)) == finish(decoding(text.encode()))
+
+
+@given(
+    value=json_values,
+    cuts=st.lists(st.integers(0, 10_000), max_size=8),
+    slice_=st.integers(1, 12),
+    window=st.integers(1, 24),
+    ascii_only=st.booleans(),
+)
+def test_a_request_read_in_small_windows_decodes_as_in_one(
+    value: Any, cuts: list[int], slice_: int, window: int, ascii_only: bool
+) -> None:
+    """The decoder reads the request's chunks as text a window at a time: whatever the
+    reads and the windows cut (a character's UTF-8 bytes, a number, a string, an escape,
+    whitespace), the value comes out as json.loads makes it."""
+    text = json.dumps([value, value], ensure_ascii=ascii_only, indent=1)
+    data = text.encode()
+    with small_slices(slice_, slice_, 2, window):
+        assert (True, json.loads(text)) == feed_all(split(data, cuts))
+        assert (json.loads(text), len(text)) == finish(decoding(data + b" x"))
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 8])
+def test_values_longer_than_a_window_are_read_whole(window: int) -> None:
+    """A string, a number or a run of whitespace longer than any window is retried in a
+    longer one, not cut: 12|34 is 1234, 1.|5 is 1.5, "ab|c" is "abc"."""
+    values = ["x" * 300, 10**200, 1.5e-300, -0.25, True, None, "\u00e9\ud800", {"k" * 50: 1}]
+    text = "[" + ", ".join(json.dumps(v) for v in values) + " " * 200 + "]"
+    with small_slices(1, 1, 2, window):
+        got, end = finish(decoding(text.encode()))
+    assert (json.loads(text)[:-2], len(text)) == (got[:-2], end)
+    assert ["\u00e9\ufffd", {"k" * 50: 1}] == got[-2:]
 
 
 @given(
@@ -481,6 +547,40 @@ def test_surrogate_escapes_decode_as_go_decodes_them(units: list[int]) -> None:
         else:
             assert expected == (value if isinstance(value, str) else value[0])
     assert (True, expected) == feed_all([f'"{escaped}"\n'.encode()])  # the one-chunk path
+
+
+def test_a_surrogate_escape_cut_by_reads_is_replaced() -> None:
+    """A ``\\u`` escape of a lone surrogate becomes U+FFFD however the reads cut it (the
+    framer looks for one across each read's end), beside escapes that change nothing."""
+    data = b'["a\\n", "\\ud800", "\\\\ud800"]\n'
+    expected = ["a\n", "\ufffd", "\\ud800"]
+    for first, second in itertools.combinations(range(1, len(data)), 2):
+        chunks = [data[:first], data[first:second], data[second:]]
+        assert (True, expected) == feed_all(chunks)
+
+
+def test_surrogates_in_a_large_value_are_replaced_in_slices() -> None:
+    """Replacing lone surrogates in a large decoded value goes a range of items at a time
+    (the server runs one slice per turn), in lists, dicts and kept members alike."""
+    count = 50_000
+    value: Any = {
+        "list": ["\ud800"] * count,
+        "dict": {f"k{i}\udc00": "\udfff" for i in range(count)},
+        "members": request.Pairs((f"m{i}", "\ud800") for i in range(count)),
+    }
+    steps = request._replacing(value)
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            fixed = stop.value
+            break
+        yields += 1
+    assert yields >= 3 * count // request._REPLACE_STEP
+    assert ["\ufffd"] * count == fixed["list"]
+    assert {f"k{i}\ufffd": "\ufffd" for i in range(count)} == fixed["dict"]
+    assert [(f"m{i}", "\ufffd") for i in range(count)] == fixed["members"]
 
 
 def test_surrogates_are_replaced_in_members_kept_for_a_dataclass() -> None:

@@ -184,6 +184,8 @@ class Server(Generic[P]):
         self._pump_scheduled = False
         # Finished jobs whose large payloads wait to be freed in slices: [job, turns left].
         self._reclaiming: deque[list[Any]] = deque()
+        # Large values nothing else holds, freed a slice per turn, in turn (see _free_some).
+        self._freeing: deque[list[Any]] = deque()
         # Connections whose job changed on another thread (an executor's worker),
         # advanced together by one wake-up of the loop.
         self._changed: deque[_Connection] = deque()
@@ -691,11 +693,38 @@ class Server(Generic[P]):
             if sys.getrefcount(payload) <= 2:  # the name, and getrefcount's argument
                 stack = [payload]
                 del payload
-                _free_some(loop, stack)
+                self._free_later(stack)
             else:
                 del payload
         if waiting:
             loop.call_soon(self._reclaim_turn)
+
+    def _free_later(self, stack: list[Any]) -> None:
+        """Free what *stack* holds a slice at a time, in turn with any other.
+
+        However many large values are let go at once (eight requests decoded side
+        by side finish side by side), a turn of the loop frees at most
+        `_FREE_SLICES` slices among them: freeing, like decoding, holds every
+        other client for a few slices at most, and still keeps up with what the
+        decoding of large requests (a slice per turn) makes.
+        """
+        self._freeing.append(stack)
+        if len(self._freeing) == 1:
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._free_turn)
+
+    def _free_turn(self) -> None:
+        freeing = self._freeing
+        for _ in range(min(len(freeing), _FREE_SLICES)):
+            stack = freeing.popleft()
+            _free_some(stack)
+            if stack:
+                freeing.append(stack)
+        if freeing:
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._free_turn)
 
     def _over_budget(self, size: int) -> None:
         """A request refused before decoding: the queued requests hold the byte budget."""
@@ -722,24 +751,26 @@ class Server(Generic[P]):
         )
 
 
-#: Elements freed per turn of the loop when a large decoded value is let go.
+#: Elements freed at a time when a large decoded value is let go.
 _FREE_SLICE = 8 * 1024
+#: At most this many slices freed per turn of the loop, among every value let go.
+_FREE_SLICES = 2
 #: How many turns a finished job's payload is waited for, to be ours alone.
 _RECLAIM_TURNS = 64
 _CONTAINERS = (list, dict, Pairs)
 
 
-def free_in_slices(loop: asyncio.AbstractEventLoop, holder: list[Any]) -> None:
+def free_in_slices(server: Server[Any], holder: list[Any]) -> None:
     """Free ``holder[0]`` (which nothing else holds) a slice at a time, from the next turn."""
     value = holder.pop()
     if value.__class__ in _CONTAINERS and len(value) >= _FREE_SLICE and sys.getrefcount(value) <= 2:
         stack = [value]
         del value
-        loop.call_soon(_free_some, loop, stack)
+        server._free_later(stack)
 
 
-def _free_some(loop: asyncio.AbstractEventLoop, stack: list[Any]) -> None:
-    """Take about `_FREE_SLICE` elements out of the containers on *stack*; go on later.
+def _free_some(stack: list[Any]) -> None:
+    """Take about `_FREE_SLICE` elements out of the containers on *stack* (what is left stays).
 
     Every container on *stack* is held by nothing else: an element that is a
     large container held by nothing else either is taken apart in turn rather
@@ -782,8 +813,6 @@ def _free_some(loop: asyncio.AbstractEventLoop, stack: list[Any]) -> None:
         del top
         stack.extend(found)
         del found
-    if stack:
-        loop.call_soon(_free_some, loop, stack)
 
 
 def _positive(value: Duration, name: str) -> float:
@@ -1097,9 +1126,7 @@ class _Connection(asyncio.Protocol):
                 self._fail(Undecodable(f"the decoder raised {type(exc).__name__}"))
                 return
             finally:
-                loop = server._loop
-                assert loop is not None
-                free_in_slices(loop, holder)  # the parsed JSON, once converted
+                free_in_slices(server, holder)  # the parsed JSON, once converted
         else:
             payload = value
         job: Job[Any] = Job(TRIGGER_EXTERNAL, payload)
