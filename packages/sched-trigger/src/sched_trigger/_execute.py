@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from ._errors import QueueClosed
 from ._job import CANCELLED_REASON, Job, Outcome
-from ._queue import Queue
+from ._queue import Queue, _Waiter
 
 __all__ = ["Executor", "execute", "in_worker", "run_jobs"]
 
@@ -38,8 +38,7 @@ def is_async(run: object) -> bool:
 
 
 def _checked(outcome: object) -> Outcome:
-    if outcome.__class__ is Outcome:
-        return outcome  # the common case, at once
+    """*outcome* if it is an `Outcome` (the callers check the common case first)."""
     if inspect.iscoroutine(outcome):
         outcome.close()
         raise TypeError(
@@ -73,7 +72,8 @@ def run_jobs(queue: Queue[P], stop: threading.Event, *, run: SyncRun[P]) -> None
         job.start()
         began = time.monotonic()
         try:
-            outcome = _checked(run(stop, job.trigger, job.payload))
+            returned: object = run(stop, job.trigger, job.payload)
+            outcome = returned if returned.__class__ is Outcome else _checked(returned)
         except BaseException as exc:
             job.finish(Outcome(False, _panic(exc), time.monotonic() - began))
             raise
@@ -199,19 +199,30 @@ async def execute(
             mirror.cancel()
         return
     task = asyncio.current_task()
+    waiter = _Waiter(asyncio.get_running_loop())  # one for every wait: `Queue.aget`, unrolled
     try:
         while True:
             try:
-                job = await queue.aget()
+                job = queue._take_or_enlist(waiter)
             except QueueClosed:
                 return  # closed and drained
+            if job is None:
+                try:
+                    await waiter.future
+                except BaseException:
+                    queue._abandon(waiter)
+                    raise
+                job = queue._woken(waiter)
+                if job is None:
+                    continue
             if stop.is_set():
                 job.finish(Outcome(False, CANCELLED_REASON))
                 continue
             job.start()
             began = time.monotonic()
             try:
-                outcome = _checked(await run(stop, job.trigger, job.payload))  # type: ignore[arg-type,misc]
+                returned: object = await run(stop, job.trigger, job.payload)  # type: ignore[arg-type,misc]
+                outcome = returned if returned.__class__ is Outcome else _checked(returned)
             except BaseException as exc:
                 elapsed = time.monotonic() - began
                 if isinstance(exc, asyncio.CancelledError):

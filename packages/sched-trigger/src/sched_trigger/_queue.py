@@ -48,6 +48,7 @@ class Queue(Generic[P]):
         "_lock",
         "_promised",
         "_taken",
+        "_unwoken",
         "_waiters",
     )
 
@@ -66,6 +67,9 @@ class Queue(Generic[P]):
         self._closed = False
         # Jobs a custom executor took and may not have finished (tracked for it only).
         self._taken: list[Job[P]] | None = None
+        # Thread receivers handed a job by the server's loop, to be woken at the end of
+        # its turn (`_submit`): woken now, they would only wait for the loop's GIL.
+        self._unwoken: list[_ThreadWaiter] = []
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -95,14 +99,42 @@ class Queue(Generic[P]):
             QueueFull: the queue is at capacity (message ``run queue is full``).
             QueueClosed: the queue is closed (message ``scheduler is shutting down``).
         """
-        with self._lock:
+        self._submit(job, False)
+
+    def _submit(self, job: Job[P], defer: bool) -> None:
+        """`submit`; with *defer*, a thread receiver handed the job is woken by `_wake_deferred`.
+
+        The server defers on its loop thread, whose turn holds the GIL: a worker
+        woken in the middle of it would only wait for it, and take the GIL back
+        between the loop's callbacks. Woken at the end of the turn, it takes
+        every job the turn queued in one go.
+        """
+        lock = self._lock
+        lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+        try:
             if self._closed:
                 raise QueueClosed
-            if len(self._items) - self._promised >= self._capacity + len(self._waiters):
+            waiters = self._waiters
+            if len(self._items) - self._promised >= self._capacity + len(waiters):
                 raise QueueFull
             self._items.append(job)
-            waiter = self._promise() if self._waiters else None
-        if waiter is not None:
+            if not waiters:
+                return
+            waiter = waiters.popleft()  # hand the job to the longest-waiting receiver
+            waiter.promised = True
+            self._promised += 1
+            if defer and waiter.__class__ is _ThreadWaiter:
+                self._unwoken.append(waiter)
+                return
+        finally:
+            lock.release()
+        waiter.wake()
+
+    def _wake_deferred(self) -> None:
+        """Wake the thread receivers `_submit` handed jobs to without waking them."""
+        with self._lock:
+            waiters, self._unwoken = self._unwoken, []
+        for waiter in waiters:
             waiter.wake()
 
     def close(self) -> None:
@@ -112,8 +144,9 @@ class Queue(Generic[P]):
         """
         with self._lock:
             self._closed = True
-            waiters = list(self._waiters)
+            waiters: list[_Waiter | _ThreadWaiter] = [*self._waiters, *self._unwoken]
             self._waiters.clear()
+            self._unwoken = []
         for waiter in waiters:
             waiter.wake()
 
@@ -175,40 +208,55 @@ class Queue(Generic[P]):
             _refuse_on_a_loop()
         return self._get(stop, seconds)
 
-    def _get(self, stop: threading.Event | None, seconds: float | None) -> Job[P] | None:
+    def _get(
+        self,
+        stop: threading.Event | None,
+        seconds: float | None,
+        waiter: _ThreadWaiter | None = None,
+    ) -> Job[P] | None:
+        """`get`; *waiter*, if given, is the caller's for every wait (`_jobs` keeps one).
+
+        A waiter is re-armed by each wait that returns (its lock is held again),
+        so one serves any number of waits; a late wake-up meant for an earlier
+        wait only makes a later one look again.
+        """
         deadline = None if seconds is None else time.monotonic() + seconds
-        current: list[_ThreadWaiter] = []
         unsubscribe: Callable[[], None] | None = None
+        lock = self._lock
         try:
             while True:
-                with self._lock:
+                lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+                try:
                     if self._items:
-                        return self._take()
+                        return self._items.popleft() if self._taken is None else self._take()
                     if self._closed:
                         raise QueueClosed
                     if seconds == 0 or (stop is not None and stop.is_set()):
                         return None
-                    waiter = _ThreadWaiter()
+                    if waiter is None:
+                        waiter = _ThreadWaiter()
+                    waiter.promised = False
                     self._waiters.append(waiter)
-                    current[:] = [waiter]
+                finally:
+                    lock.release()
                 if stop is not None and unsubscribe is None:
                     from ._stopwatch import subscribe
 
-                    def wake_current() -> None:
-                        current[0].wake()  # the waiter of this turn of the loop
-
-                    unsubscribe = subscribe(stop, wake_current)
+                    unsubscribe = subscribe(stop, waiter.wake)
                 remaining = None if deadline is None else deadline - time.monotonic()
                 woken = waiter.wait(remaining)
-                with self._lock:
+                lock.acquire()
+                try:
                     if waiter.promised:  # a job was handed to us: take it, whatever woke us
                         waiter.promised = False
                         self._promised -= 1
                         if self._items:
-                            return self._take()
+                            return self._items.popleft() if self._taken is None else self._take()
                         continue
                     if waiter in self._waiters:
                         self._waiters.remove(waiter)
+                finally:
+                    lock.release()
                 if not woken:
                     return None  # the timeout passed
                 # Woken by close() or the stop event: the top of the loop says which.
@@ -225,28 +273,61 @@ class Queue(Generic[P]):
         Raises:
             QueueClosed: the queue is closed and drained.
         """
-        loop = asyncio.get_running_loop()
+        waiter = _Waiter(asyncio.get_running_loop())
         while True:
-            with self._lock:
-                if self._items:
-                    return self._take()
-                if self._closed:
-                    raise QueueClosed
-                waiter = _Waiter(loop)
-                self._waiters.append(waiter)
-            try:
-                await waiter.future
-            except BaseException:
-                with self._lock:
-                    handoff = self._withdraw(waiter)
-                if handoff is not None:
-                    handoff.wake()
-                raise
-            with self._lock:
-                if waiter.promised:
-                    self._promised -= 1
-                if self._items:
-                    return self._take()
+            job = self._take_or_enlist(waiter)
+            if job is None:
+                try:
+                    await waiter.future
+                except BaseException:
+                    self._abandon(waiter)
+                    raise
+                job = self._woken(waiter)
+            if job is not None:
+                return job
+
+    def _take_or_enlist(self, waiter: _Waiter) -> Job[P] | None:
+        """The oldest job; or ``None``, with *waiter* given a fresh future and enlisted.
+
+        One waiter serves a receiver for all its waits (`execute` keeps one).
+
+        Raises:
+            QueueClosed: the queue is closed and drained.
+        """
+        lock = self._lock
+        lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+        try:
+            if self._items:
+                return self._items.popleft() if self._taken is None else self._take()
+            if self._closed:
+                raise QueueClosed
+            waiter.future = waiter.loop.create_future()
+            waiter.promised = False
+            self._waiters.append(waiter)
+            return None
+        finally:
+            lock.release()
+
+    def _woken(self, waiter: _Waiter) -> Job[P] | None:
+        """After *waiter*'s future resolved: the oldest job, if one is left for it."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            if waiter.promised:
+                waiter.promised = False
+                self._promised -= 1
+            if self._items:
+                return self._items.popleft() if self._taken is None else self._take()
+            return None
+        finally:
+            lock.release()
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """*waiter*'s receiver stops waiting (cancelled): a job handed to it goes on."""
+        with self._lock:
+            handoff = self._withdraw(waiter)
+        if handoff is not None:
+            handoff.wake()
 
     def _drain(self) -> list[Job[P]]:
         """Remove and return every job no receiver has taken yet."""
@@ -269,9 +350,10 @@ class Queue(Generic[P]):
         return self._jobs()
 
     def _jobs(self) -> Iterator[Job[P]]:
+        waiter = _ThreadWaiter()  # one for every wait
         while True:
             try:
-                job = self._get(None, None)
+                job = self._get(None, None, waiter)
             except QueueClosed:
                 return
             assert job is not None  # no stop, no timeout
@@ -291,13 +373,24 @@ class _Waiter:
 
     __slots__ = ("future", "loop", "promised")
 
+    future: asyncio.Future[None]  # a fresh one for each wait (`Queue._take_or_enlist`)
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.future: asyncio.Future[None] = loop.create_future()
         self.promised = False
 
     def wake(self) -> None:
-        _wake(self.loop, self.future)
+        """Resolve the future on its own loop, from any thread (`_job._wake`, inlined)."""
+        loop, future = self.loop, self.future
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            if not future.done():
+                future.set_result(None)
+            return
+        _wake(loop, future)
 
 
 @final
