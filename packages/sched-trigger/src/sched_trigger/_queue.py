@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections import deque
@@ -101,13 +100,16 @@ class Queue(Generic[P]):
         """
         self._submit(job, False)
 
-    def _submit(self, job: Job[P], defer: bool) -> None:
+    def _submit(self, job: Job[P], defer: bool) -> bool:
         """`submit`; with *defer*, a thread receiver handed the job is woken by `_wake_deferred`.
 
         The server defers on its loop thread, whose turn holds the GIL: a worker
         woken in the middle of it would only wait for it, and take the GIL back
         between the loop's callbacks. Woken at the end of the turn, it takes
         every job the turn queued in one go.
+
+        Returns:
+            Whether a thread receiver was handed the job and woken now.
         """
         lock = self._lock
         lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
@@ -119,16 +121,21 @@ class Queue(Generic[P]):
                 raise QueueFull
             self._items.append(job)
             if not waiters:
-                return
+                return False
             waiter = waiters.popleft()  # hand the job to the longest-waiting receiver
             waiter.promised = True
             self._promised += 1
-            if defer and waiter.__class__ is _ThreadWaiter:
-                self._unwoken.append(waiter)
-                return
+            if waiter.__class__ is _ThreadWaiter:
+                if defer:
+                    self._unwoken.append(waiter)
+                    return False
+                woke_thread = True
+            else:
+                woke_thread = False
         finally:
             lock.release()
         waiter.wake()
+        return woke_thread
 
     def _wake_deferred(self) -> None:
         """Wake the thread receivers `_submit` handed jobs to without waking them."""
@@ -405,8 +412,10 @@ class _ThreadWaiter:
         self.promised = False
 
     def wake(self) -> None:
-        with contextlib.suppress(RuntimeError):  # woken already
+        try:  # noqa: SIM105  # suppress() costs a context manager on every sync run
             self._lock.release()
+        except RuntimeError:
+            pass  # woken already
 
     def wait(self, timeout: float | None) -> bool:
         """Block until woken; False if *timeout* passed first."""

@@ -33,6 +33,7 @@ UNDECODABLE_REASON = "undecodable request"
 DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024
 
 _LOGGER = logging.getLogger("sched_trigger")
+_get_ident = threading.get_ident
 _QUEUED = encode_event(EVENT_QUEUED, False)
 _STARTED = encode_event(EVENT_STARTED, False)
 _UNDECODABLE = encode_event(EVENT_DONE, False, UNDECODABLE_REASON)
@@ -454,8 +455,10 @@ class Server(Generic[P]):
         self._wake_scheduled = True
         loop = self._loop
         if loop is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop took the connections along
+            try:  # noqa: SIM105  # suppress() costs a context manager on every sync run
                 loop.call_soon_threadsafe(self._advance_changed)
+            except RuntimeError:
+                pass  # a closed loop took the connections along
 
     def _advance_changed(self) -> None:
         self._wake_scheduled = False  # first: a change after this schedules a new wake-up
@@ -463,7 +466,7 @@ class Server(Generic[P]):
         # What the worker produced is complete: it is written now, not a turn later.
         scheduled, self._flush_scheduled = self._flush_scheduled, True
         while changed:
-            changed.popleft().catch_up()
+            changed.popleft().job_changed()  # on the loop now: it queues what the job did
         self._flush_scheduled = scheduled
         self._write_out()
 
@@ -1032,7 +1035,7 @@ class _Connection(asyncio.Protocol):
             server._active -= 1  # (`_released`, inlined)
             if server._closing or server._accepting:
                 server._after_release()
-        # else: the accepted job is still pending; _job_changed releases once it finishes.
+        # else: the accepted job is still pending; job_changed releases once it finishes.
 
     def read_timed_out(self) -> None:
         """The server's read deadline for this connection passed."""
@@ -1148,7 +1151,7 @@ class _Connection(asyncio.Protocol):
         # Listen before submitting: an executor on another thread may start (even
         # finish) the job before this returns; its wake-up runs after the queued line.
         # (No other thread has the job yet: its listener list is ours to fill.)
-        job._listeners.append(self._job_changed)
+        job._listeners.append(self.job_changed)
         try:
             if not self._size:
                 if server._queued_bytes + size > server._max_queued_bytes:
@@ -1159,10 +1162,10 @@ class _Connection(asyncio.Protocol):
             # the turn (by _flush), with every other job the turn queued: woken now, it would
             # take the GIL between the loop's callbacks, one job at a time. Alone, it is woken
             # now: its waking up overlaps the rest of the turn.
-            server.queue._submit(job, server._active > 1)
+            handed_to_a_thread = server.queue._submit(job, server._active > 1)
         except (QueueFull, QueueClosed) as exc:
             self._unreserve()
-            job._unsubscribe(self._job_changed)
+            job._unsubscribe(self.job_changed)
             self._job = None
             self._state = _FINISHED
             server._rejected(payload, exc)
@@ -1171,16 +1174,21 @@ class _Connection(asyncio.Protocol):
             return
         self._state = _WAITING
         out = self._out
-        if not out:
-            server._dirty(self)  # (whatever a hook does, _flush runs: it wakes the worker)
-        out.append(_QUEUED)
+        if handed_to_a_thread:
+            # Its started and done come in a later turn: nothing is gained by waiting.
+            out.append(_QUEUED)
+            self.flush()
+        else:
+            if not out:
+                server._dirty(self)  # (whatever a hook does, _flush runs: it wakes the worker)
+            out.append(_QUEUED)
         if server._on_accepted is not None or server._logger.isEnabledFor(logging.INFO):
             server._accepted(payload)
 
-    def _job_changed(self) -> None:
+    def job_changed(self) -> None:
         """The job's listener: it started or finished. On the loop, queue what it produced."""
         server = self._server
-        if threading.get_ident() != server._thread:
+        if _get_ident() != server._thread:
             if self._advance_pending:
                 return  # the loop has not run the last wake-up yet: it will see this change too
             self._advance_pending = True
@@ -1222,10 +1230,6 @@ class _Connection(asyncio.Protocol):
         out.append(line)
         self._close_pending = True
         self.flush()
-
-    def catch_up(self) -> None:
-        """On the loop, after another thread changed the job: queue what it produced."""
-        self._job_changed()
 
     def _write(self, data: bytes) -> None:
         if self._lost:
