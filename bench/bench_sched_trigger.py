@@ -10,8 +10,10 @@ Measures:
   ``asyncio.Protocol`` server that reads the request line and writes the same
   three event lines in one write, on the same loop (asyncio's, then uvloop).
   For scale, the same table shows a floor that writes each line on its own,
-  a streams floor, and the floor with a thread hop per request (what moving
-  any run off the loop costs). The daemons run in their own process; the
+  a streams floor, and the floor with the job handed to a worker thread and
+  back (what moving any run off the loop costs: a sync run must not block the
+  loop) or to one executor task (what running it in a task costs). The
+  daemons run in their own process; the
   load generator is one client process on uvloop for every server, so the
   floors and sched-trigger meet the same clients.
 - framing plus decoding of 8 MiB requests of three shapes, against
@@ -47,7 +49,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from _common import Report, count, divide, plural, ratio, seconds
 
@@ -59,6 +61,7 @@ SERVERS = (
     "floor: protocol, three writes",
     "floor: asyncio streams",
     "floor: one write, thread hop",
+    "floor: one write, task hop",
 )
 #: The least share of the floor's throughput each daemon must reach, per loop.
 TARGETS = {
@@ -197,8 +200,11 @@ class _FloorProtocol(asyncio.Protocol):
 class _HopProtocol(_FloorProtocol):
     """The floor with the job on another thread: the least a sync run can cost.
 
-    After ``queued`` the connection is handed to a worker thread (a deque and a
-    condition variable), which hands it back with ``call_soon_threadsafe``.
+    After ``queued`` the connection is handed to a worker thread; the worker
+    writes nothing and hands it back, and the loop writes ``started`` and
+    ``done`` in one write (never sooner, however long a run: the least any
+    hand-off can do). The best hand-off built for the comparison: see
+    `_HopWorker`.
     """
 
     worker: _HopWorker
@@ -219,29 +225,107 @@ class _HopProtocol(_FloorProtocol):
 
 
 class _HopWorker:
+    """One long-lived worker thread, handed connections both ways with the least wake-ups.
+
+    To the worker: a deque, and the one lock the worker sleeps on released
+    (a ``Condition`` allocates a lock per wait and takes two more); back to
+    the loop: every connection the worker finished since the loop last ran,
+    with one ``call_soon_threadsafe``.
+    """
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.items: collections.deque[_HopProtocol] = collections.deque()
-        self.ready = threading.Condition()
+        self.finished: collections.deque[_HopProtocol] = collections.deque()
+        self.guard = threading.Lock()
+        self.sleeping: threading.Lock | None = None  # the worker's lock, while it sleeps
+        self.back_scheduled = False
         threading.Thread(target=self.run, daemon=True).start()
 
     def put(self, protocol: _HopProtocol) -> None:
-        with self.ready:
+        with self.guard:
             self.items.append(protocol)
-            self.ready.notify()
+            sleeping, self.sleeping = self.sleeping, None
+        if sleeping is not None:
+            sleeping.release()
 
     def run(self) -> None:
+        wake = threading.Lock()
+        wake.acquire()
         while True:
-            with self.ready:
-                while not self.items:
-                    self.ready.wait()
-                protocol = self.items.popleft()
-            self.loop.call_soon_threadsafe(protocol.finish)
+            with self.guard:
+                protocol = self.items.popleft() if self.items else None
+                if protocol is None:
+                    self.sleeping = wake
+            if protocol is None:
+                wake.acquire()  # until put() releases it
+                continue
+            self.finished.append(protocol)  # the run: nothing
+            if not self.back_scheduled:
+                self.back_scheduled = True
+                self.loop.call_soon_threadsafe(self.hand_back)
+
+    def hand_back(self) -> None:
+        self.back_scheduled = False  # first: what the worker adds from now on is scheduled anew
+        while self.finished:
+            self.finished.popleft().finish()
 
 
 async def serve_hop(path: str) -> None:
     _HopProtocol.worker = _HopWorker(asyncio.get_running_loop())
     await serve_protocol(path, _HopProtocol)
+
+
+class _TaskHopProtocol(_FloorProtocol):
+    """The floor with the job in an executor task: the least an async run can cost.
+
+    The connection is handed to one long-lived task (a deque, and a future the
+    idle task waits on); the task awaits a no-op coroutine (the run) and
+    writes the three lines in one write. What sched-trigger's `execute` adds
+    to the floor, with nothing else: no queue bound, no job, no outcome.
+    """
+
+    waiting: ClassVar[asyncio.Future[None] | None] = None
+    items: ClassVar[collections.deque[_TaskHopProtocol]] = collections.deque()
+
+    def reply(self) -> None:
+        cls = _TaskHopProtocol
+        cls.items.append(self)
+        if cls.waiting is not None:
+            waiting, cls.waiting = cls.waiting, None
+            waiting.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if b"\n" in self.buffer:
+            json.loads(self.buffer)
+            self.reply()
+
+
+async def _noop_run() -> bool:
+    return True
+
+
+async def _task_executor() -> None:
+    loop = asyncio.get_running_loop()
+    items = _TaskHopProtocol.items
+    while True:
+        if not items:
+            waiting = _TaskHopProtocol.waiting = loop.create_future()
+            await waiting
+            continue
+        protocol = items.popleft()
+        await _noop_run()
+        protocol.transport.write(QUEUED + STARTED + DONE)
+        protocol.transport.close()
+
+
+async def serve_task_hop(path: str) -> None:
+    executor = asyncio.create_task(_task_executor())
+    try:
+        await serve_protocol(path, _TaskHopProtocol)
+    finally:
+        executor.cancel()
 
 
 async def serve_protocol(path: str, protocol: type[asyncio.Protocol] = _FloorProtocol) -> None:
@@ -263,6 +347,7 @@ def serve(kind: str, loop: str, path: str) -> None:
         "floor: asyncio streams": serve_streams,
         "floor: protocol, three writes": serve_protocol,
         "floor: one write, thread hop": serve_hop,
+        "floor: one write, task hop": serve_task_hop,
     }[kind]
     factory = None
     if loop == "uvloop":
@@ -606,7 +691,10 @@ def report(
                 for kind in ("sched-trigger", "sched-trigger, sync run")
             )
             + ". The other floors are for scale: each line written on its own (as the Go "
-            "daemon does), streams, and the floor with a thread hop per request."
+            "daemon does), streams, and the floor with the job handed to a worker thread and "
+            "back (the least a sync run can cost, which a sync run must pay: it may not block "
+            "the loop) or to an executor task (the least an async run through a queue can "
+            "cost)."
         )
         rows = []
         for clients in CONCURRENCY:
@@ -641,6 +729,18 @@ def report(
                 f"(worst: {share:.2f} at {plural(clients, 'client')})",
                 round(share, 2) >= target,
             )
+        hops = []
+        for kind, hop in (
+            ("sched-trigger", "floor: one write, task hop"),
+            ("sched-trigger, sync run", "floor: one write, thread hop"),
+        ):
+            shares = ", ".join(
+                f"{plural(c, 'client')}: "
+                f"{throughput[(loop, kind, c)][0] / throughput[(loop, hop, c)][0]:.2f}"
+                for c in CONCURRENCY
+            )
+            hops.append(f"{kind} over {hop}: {shares}")
+        out.text(f"On {loop}, as throughput, " + "; ".join(hops) + ".")
     for key, loop, kind in (
         ("round-trip", "uvloop", "sched-trigger"),
         ("round-trip-asyncio", "asyncio", "sched-trigger"),
