@@ -60,7 +60,7 @@ class Queue(Generic[P]):
         self._lock = threading.Lock()
         self._items: deque[Job[P]] = deque()
         # Receivers blocked in get() or aget() that no job has been handed to yet.
-        self._waiters: deque[_Waiter | _ThreadWaiter] = deque()
+        self._waiters: deque[_Waiter | _ThreadWaiter | _Dispatcher] = deque()
         # Jobs in _items already handed to a woken receiver that has not taken them yet.
         self._promised = 0
         self._closed = False
@@ -98,18 +98,23 @@ class Queue(Generic[P]):
             QueueFull: the queue is at capacity (message ``run queue is full``).
             QueueClosed: the queue is closed (message ``scheduler is shutting down``).
         """
-        self._submit(job, False)
+        handed = self._submit(job, False)
+        if handed.__class__ is not bool:
+            handed.wake()  # type: ignore[union-attr]
 
-    def _submit(self, job: Job[P], defer: bool) -> bool:
-        """`submit`; with *defer*, a thread receiver handed the job is woken by `_wake_deferred`.
+    def _submit(self, job: Job[P], defer: bool) -> bool | _Waiter | _Dispatcher:
+        """`submit`, for the server; the caller wakes an async receiver handed the job.
 
-        The server defers on its loop thread, whose turn holds the GIL: a worker
-        woken in the middle of it would only wait for it, and take the GIL back
-        between the loop's callbacks. Woken at the end of the turn, it takes
-        every job the turn queued in one go.
+        With *defer*, a thread receiver handed the job is woken by
+        `_wake_deferred`: the server defers on its loop thread, whose turn
+        holds the GIL, so a worker woken in the middle of it would only wait
+        for it, and take the GIL back between the loop's callbacks. Woken at
+        the end of the turn, it takes every job the turn queued in one go.
 
         Returns:
-            Whether a thread receiver was handed the job and woken now.
+            The async receiver (`aget`'s or `execute`'s) handed the job, not
+            woken yet: the caller wakes it (``wake`` or ``dispatch``). Else
+            whether a thread receiver was handed the job and woken now.
         """
         lock = self._lock
         lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
@@ -125,17 +130,15 @@ class Queue(Generic[P]):
             waiter = waiters.popleft()  # hand the job to the longest-waiting receiver
             waiter.promised = True
             self._promised += 1
-            if waiter.__class__ is _ThreadWaiter:
-                if defer:
-                    self._unwoken.append(waiter)
-                    return False
-                woke_thread = True
-            else:
-                woke_thread = False
+            if waiter.__class__ is not _ThreadWaiter:
+                return waiter  # type: ignore[return-value]
+            if defer:
+                self._unwoken.append(waiter)
+                return False
         finally:
             lock.release()
         waiter.wake()
-        return woke_thread
+        return True
 
     def _wake_deferred(self) -> None:
         """Wake the thread receivers `_submit` handed jobs to without waking them."""
@@ -151,13 +154,16 @@ class Queue(Generic[P]):
         """
         with self._lock:
             self._closed = True
-            waiters: list[_Waiter | _ThreadWaiter] = [*self._waiters, *self._unwoken]
+            waiters: list[_Waiter | _ThreadWaiter | _Dispatcher] = [
+                *self._waiters,
+                *self._unwoken,
+            ]
             self._waiters.clear()
             self._unwoken = []
         for waiter in waiters:
             waiter.wake()
 
-    def _promise(self) -> _Waiter | _ThreadWaiter:
+    def _promise(self) -> _Waiter | _ThreadWaiter | _Dispatcher:
         """Hand the newest job to the longest-waiting receiver (lock held)."""
         waiter = self._waiters.popleft()
         waiter.promised = True
@@ -173,7 +179,9 @@ class Queue(Generic[P]):
             taken.append(job)
         return job
 
-    def _withdraw(self, waiter: _Waiter | _ThreadWaiter) -> _Waiter | _ThreadWaiter | None:
+    def _withdraw(
+        self, waiter: _Waiter | _ThreadWaiter | _Dispatcher
+    ) -> _Waiter | _ThreadWaiter | _Dispatcher | None:
         """A receiver gives up waiting (lock held): pass a job meant for it on.
 
         Returns:
@@ -329,12 +337,33 @@ class Queue(Generic[P]):
         finally:
             lock.release()
 
-    def _abandon(self, waiter: _Waiter) -> None:
+    def _abandon(self, waiter: _Waiter | _Dispatcher) -> None:
         """*waiter*'s receiver stops waiting (cancelled): a job handed to it goes on."""
         with self._lock:
             handoff = self._withdraw(waiter)
         if handoff is not None:
             handoff.wake()
+
+    def _next_for(self, dispatcher: _Dispatcher) -> Job[P] | None:
+        """The oldest job for *dispatcher* (`execute`'s); or ``None``, with it enlisted.
+
+        Raises:
+            QueueClosed: the queue is closed and drained.
+        """
+        lock = self._lock
+        lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+        try:
+            if dispatcher.promised:
+                dispatcher.promised = False
+                self._promised -= 1
+            if self._items:
+                return self._items.popleft() if self._taken is None else self._take()
+            if self._closed:
+                raise QueueClosed
+            self._waiters.append(dispatcher)
+            return None
+        finally:
+            lock.release()
 
     def _drain(self) -> list[Job[P]]:
         """Remove and return every job no receiver has taken yet."""
@@ -398,6 +427,50 @@ class _Waiter:
                 future.set_result(None)
             return
         _wake(loop, future)
+
+    dispatch = wake  # the receiver's task takes the job when it runs next
+
+
+@final
+class _Dispatcher:
+    """`execute`'s receiver for coroutine runs (Python 3.12+): it takes jobs by a callback.
+
+    Woken, it calls *take* on its loop: soon (`wake`, what `Queue.submit` and
+    `Queue.close` do), or at once when the server hands it a request's job on
+    the loop's thread (`dispatch`): the run then starts in that very call.
+    """
+
+    __slots__ = ("loop", "promised", "take")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, take: Callable[[], object]) -> None:
+        self.loop = loop
+        self.take = take
+        self.promised = False
+
+    def wake(self) -> None:
+        """Have *take* called on the loop, from any thread."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        try:
+            if running is self.loop:
+                self.loop.call_soon(self.take)
+            else:
+                self.loop.call_soon_threadsafe(self.take)
+        except RuntimeError:
+            pass  # a closed loop: nobody is waiting
+
+    def dispatch(self) -> None:
+        """Call *take* now if on the loop's thread (the server's request), else as `wake`."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self.take()
+        else:
+            self.wake()
 
 
 @final

@@ -1152,6 +1152,9 @@ class _Connection(asyncio.Protocol):
         # finish) the job before this returns; its wake-up runs after the queued line.
         # (No other thread has the job yet: its listener list is ours to fill.)
         job._listeners.append(self.job_changed)
+        out = self._out
+        out.append(_QUEUED)  # first: whatever the run does, its lines follow this one
+        self._state = _WAITING
         try:
             if not self._size:
                 if server._queued_bytes + size > server._max_queued_bytes:
@@ -1162,8 +1165,9 @@ class _Connection(asyncio.Protocol):
             # the turn (by _flush), with every other job the turn queued: woken now, it would
             # take the GIL between the loop's callbacks, one job at a time. Alone, it is woken
             # now: its waking up overlaps the rest of the turn.
-            handed_to_a_thread = server.queue._submit(job, server._active > 1)
+            handed = server.queue._submit(job, server._active > 1)
         except (QueueFull, QueueClosed) as exc:
+            out.clear()
             self._unreserve()
             job._unsubscribe(self.job_changed)
             self._job = None
@@ -1172,18 +1176,21 @@ class _Connection(asyncio.Protocol):
             self._write(encode_event(EVENT_DONE, False, str(exc)))
             self._close()
             return
-        self._state = _WAITING
-        out = self._out
-        if handed_to_a_thread:
-            # Its started and done come in a later turn: nothing is gained by waiting.
-            out.append(_QUEUED)
+        if handed is True:
+            # A worker thread took it: its started and done come in a later turn (it needs
+            # the GIL this turn holds), so nothing is gained by waiting to write queued.
             self.flush()
-        else:
-            if not out:
-                server._dirty(self)  # (whatever a hook does, _flush runs: it wakes the worker)
-            out.append(_QUEUED)
         if server._on_accepted is not None or server._logger.isEnabledFor(logging.INFO):
             server._accepted(payload)
+        if handed.__class__ is not bool:
+            # An async receiver on this loop (execute's, on Python 3.12+, runs the job now,
+            # in a task started in this call: a run that never waits ends here, its lines
+            # written with queued in one write).
+            del job, payload
+            handed.dispatch()  # type: ignore[union-attr]
+        if out and not self._lost:
+            server._dirty(self)  # what is left leaves at the end of the turn (and _flush
+            # wakes a worker handed the job, whatever a hook did)
 
     def job_changed(self) -> None:
         """The job's listener: it started or finished. On the loop, queue what it produced."""
