@@ -387,11 +387,18 @@ class Queue(Generic[P]):
 
     def _jobs(self) -> Iterator[Job[P]]:
         waiter = _ThreadWaiter()  # one for every wait
+        lock, items = self._lock, self._items
         while True:
+            lock.acquire()  # a job already waiting (the turn's others): taken without _get
             try:
-                job = self._get(None, None, waiter)
-            except QueueClosed:
-                return
+                job = items.popleft() if items and self._taken is None else None
+            finally:
+                lock.release()
+            if job is None:
+                try:
+                    job = self._get(None, None, waiter)
+                except QueueClosed:
+                    return
             assert job is not None  # no stop, no timeout
             yield job
 

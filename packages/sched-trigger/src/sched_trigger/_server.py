@@ -447,19 +447,6 @@ class Server(Generic[P]):
             self._idle_event = asyncio.Event()
         return self._closed_event, self._idle_event
 
-    def _changed_elsewhere(self, connection: _Connection) -> None:
-        """Called from another thread: advance *connection* on the loop, batched."""
-        self._changed.append(connection)
-        if self._wake_scheduled:
-            return  # a wake-up is on its way: it drains what this added
-        self._wake_scheduled = True
-        loop = self._loop
-        if loop is not None:
-            try:  # noqa: SIM105  # suppress() costs a context manager on every sync run
-                loop.call_soon_threadsafe(self._advance_changed)
-            except RuntimeError:
-                pass  # a closed loop took the connections along
-
     def _advance_changed(self) -> None:
         self._wake_scheduled = False  # first: a change after this schedules a new wake-up
         changed = self._changed
@@ -1199,7 +1186,18 @@ class _Connection(asyncio.Protocol):
             if self._advance_pending:
                 return  # the loop has not run the last wake-up yet: it will see this change too
             self._advance_pending = True
-            server._changed_elsewhere(self)
+            # Advanced on the loop with every other connection changed meanwhile: one
+            # wake-up of the loop for them all.
+            server._changed.append(self)
+            if server._wake_scheduled:
+                return  # a wake-up is on its way: it drains what this added
+            server._wake_scheduled = True
+            loop = server._loop
+            if loop is not None:
+                try:  # noqa: SIM105  # suppress() costs a context manager on every sync run
+                    loop.call_soon_threadsafe(server._advance_changed)
+                except RuntimeError:
+                    pass  # a closed loop took the connections along
             return
         self._advance_pending = False
         job = self._job
