@@ -356,6 +356,8 @@ class Queue(Generic[P]):
             if dispatcher.promised:
                 dispatcher.promised = False
                 self._promised -= 1
+            elif dispatcher in self._waiters:
+                return None  # enlisted already (a call it did not need)
             if self._items:
                 return self._items.popleft() if self._taken is None else self._take()
             if self._closed:

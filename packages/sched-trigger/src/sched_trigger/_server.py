@@ -883,11 +883,13 @@ class _WatchedSocket(socket.socket):
 class _Connection(asyncio.Protocol):
     """One client: read one request, then stream its events; never strands the client.
 
-    Events produced in one turn of the event loop go out in one write (for a
-    job that starts and finishes at once, ``queued``, ``started`` and ``done``
-    are one send): the bytes on the wire are the same, the system calls fewer.
-    What a worker thread changes is sent by one wake-up of the loop for every
-    connection it changed meanwhile.
+    Events produced in one turn of the event loop go out in one write, at the
+    end of the turn or as soon as ``done`` is produced (for a job that starts
+    and finishes at once, ``queued``, ``started`` and ``done`` are one send):
+    the bytes on the wire are the same, the system calls fewer. A job handed
+    to a worker thread has its ``queued`` written at once (the rest comes in
+    a later turn); what worker threads change is sent by one wake-up of the
+    loop for every connection they changed meanwhile.
     """
 
     __slots__ = (
@@ -1176,8 +1178,9 @@ class _Connection(asyncio.Protocol):
             del job, payload
             handed.dispatch()  # type: ignore[union-attr]
         if out and not self._lost:
-            server._dirty(self)  # what is left leaves at the end of the turn (and _flush
-            # wakes a worker handed the job, whatever a hook did)
+            # What is left leaves at the end of the turn; _flush then wakes a worker
+            # handed the job (whatever a hook did).
+            server._dirty(self)
 
     def job_changed(self) -> None:
         """The job's listener: it started or finished. On the loop, queue what it produced."""
