@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -351,6 +352,29 @@ def test_thread_and_asyncio_receivers_share_one_queue() -> None:
         return sorted(taken)
 
     assert 2 == len(set(run_async(scenario())))
+
+
+@pytest.mark.parametrize("end", ["end of the turn", "close"])
+def test_a_worker_handed_a_job_without_a_wake_up_is_woken_later_never_stranded(end: str) -> None:
+    """The server hands a job to a waiting worker thread without waking it while its turn
+    runs (the worker would only wait for the GIL), then wakes it at the end of the turn; a
+    queue closed first wakes it too: the worker takes the job either way."""
+    queue: Queue[int] = Queue(0)
+    thread, box = in_thread(lambda: queue.get(timeout=DEADLINE))
+    while True:  # capacity 0: accepted once the worker waits
+        try:
+            queue._submit(job(7), True)
+            break
+        except QueueFull:
+            time.sleep(0)  # sleep-ok: a zero-length yield until the worker reaches its wait
+    assert 1 == len(queue._unwoken)  # handed over, not woken
+    if end == "close":
+        queue.close()
+    else:
+        queue._wake_deferred()
+    thread.join(DEADLINE)
+    assert [7] == [j.payload for j in box]
+    assert [] == queue._unwoken
 
 
 def test_get_on_an_event_loop_thread_is_refused() -> None:

@@ -23,6 +23,10 @@ CANCELLED_REASON = "cancelled: scheduler shutting down"
 
 _MILLISECOND_US = 1000
 _ZERO = timedelta(0)
+#: Guards every job's state (a lock per job cost more than all of a job's other fields;
+#: each holder keeps it for a few attribute reads and writes, never across a call out).
+_LOCK = threading.Lock()
+_EMPTY = ""  # CPython's one empty str: any other empty reason takes the general path
 
 
 @final
@@ -48,16 +52,15 @@ class Outcome:
     reason: str
     duration: timedelta
 
-    def __init__(self, ok: bool, reason: str = "", duration: Duration = 0) -> None:
-        object.__setattr__(self, "ok", bool(ok))
-        object.__setattr__(self, "reason", str(reason))
-        if duration.__class__ is not timedelta:
-            duration = (
-                _ZERO
-                if duration == 0 and duration.__class__ is int
-                else to_timedelta(duration, name="duration")
-            )
-        object.__setattr__(self, "duration", duration)
+    def __new__(cls, ok: bool, reason: str = "", duration: Duration = 0) -> Outcome:
+        # The outcomes without a reason or a duration (what most runs return) are
+        # made once: immutable, they are shared like small ints.
+        if reason is _EMPTY and duration.__class__ is int and duration == 0 and cls is Outcome:
+            if ok is True:
+                return _OK
+            if ok is False:
+                return _FAILED
+        return _outcome(cls, ok, reason, duration)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Outcome is immutable; cannot set {name!r}")
@@ -88,6 +91,25 @@ class Outcome:
         micros = (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
         whole = abs(micros) // _MILLISECOND_US
         return -whole if micros < 0 else whole
+
+
+def _outcome(cls: type[Outcome], ok: object, reason: object, duration: Duration) -> Outcome:
+    """A new `Outcome` (its fields checked and converted)."""
+    self = object.__new__(cls)
+    object.__setattr__(self, "ok", bool(ok))
+    object.__setattr__(self, "reason", str(reason))
+    if duration.__class__ is not timedelta:
+        duration = (
+            _ZERO
+            if duration == 0 and duration.__class__ is int
+            else to_timedelta(duration, name="duration")
+        )
+    object.__setattr__(self, "duration", duration)
+    return self
+
+
+_OK = _outcome(Outcome, True, "", 0)
+_FAILED = _outcome(Outcome, False, "", 0)
 
 
 def _wake(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
@@ -125,12 +147,11 @@ class Job(Generic[P]):
         payload: the run's arguments.
     """
 
-    __slots__ = ("_cond", "_listeners", "_lock", "_outcome", "_started", "payload", "trigger")
+    __slots__ = ("_cond", "_listeners", "_outcome", "_started", "payload", "trigger")
 
     def __init__(self, trigger: str, payload: P) -> None:
         self.trigger = trigger
         self.payload = payload
-        self._lock = threading.Lock()
         self._cond: threading.Condition | None = None
         self._started = False
         self._outcome: Outcome | None = None
@@ -161,7 +182,8 @@ class Job(Generic[P]):
         Raises:
             RuntimeError: the job was already started or finished.
         """
-        with self._lock:
+        _LOCK.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+        try:
             if self._started:
                 raise RuntimeError("job already started")
             if self._outcome is not None:
@@ -170,6 +192,8 @@ class Job(Generic[P]):
             if self._cond is not None:
                 self._cond.notify_all()
             listeners = self._listeners[:]
+        finally:
+            _LOCK.release()
         for listener in listeners:
             listener()
 
@@ -185,13 +209,16 @@ class Job(Generic[P]):
         """
         if not isinstance(outcome, Outcome):
             raise TypeError(f"finish() takes an Outcome, not {type(outcome).__name__}")
-        with self._lock:
+        _LOCK.acquire()
+        try:
             if self._outcome is not None:
                 raise RuntimeError("job already finished")
             self._outcome = outcome
             if self._cond is not None:
                 self._cond.notify_all()
             listeners, self._listeners = self._listeners, []
+        finally:
+            _LOCK.release()
         for listener in listeners:
             listener()
 
@@ -200,22 +227,22 @@ class Job(Generic[P]):
 
         It is called at once if the job is already finished.
         """
-        with self._lock:
+        with _LOCK:
             if self._outcome is None:
                 self._listeners.append(listener)
                 return
         listener()
 
     def _unsubscribe(self, listener: Callable[[], object]) -> None:
-        with self._lock:
+        with _LOCK:
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
     def _wait(self, predicate: Callable[[], bool], timeout: Duration | None) -> None:
         seconds = None if timeout is None else to_timedelta(timeout, name="timeout").total_seconds()
-        with self._lock:
+        with _LOCK:
             if self._cond is None:
-                self._cond = threading.Condition(self._lock)
+                self._cond = threading.Condition(_LOCK)
             if not self._cond.wait_for(predicate, seconds):
                 raise TimeoutError("timed out waiting for the job")
 
@@ -227,7 +254,7 @@ class Job(Generic[P]):
             if predicate():
                 _wake(loop, future)
 
-        with self._lock:
+        with _LOCK:
             if predicate():
                 return
             self._listeners.append(listener)

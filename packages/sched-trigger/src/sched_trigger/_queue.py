@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections import deque
@@ -48,6 +47,7 @@ class Queue(Generic[P]):
         "_lock",
         "_promised",
         "_taken",
+        "_unwoken",
         "_waiters",
     )
 
@@ -60,12 +60,15 @@ class Queue(Generic[P]):
         self._lock = threading.Lock()
         self._items: deque[Job[P]] = deque()
         # Receivers blocked in get() or aget() that no job has been handed to yet.
-        self._waiters: deque[_Waiter | _ThreadWaiter] = deque()
+        self._waiters: deque[_Waiter | _ThreadWaiter | _Dispatcher] = deque()
         # Jobs in _items already handed to a woken receiver that has not taken them yet.
         self._promised = 0
         self._closed = False
         # Jobs a custom executor took and may not have finished (tracked for it only).
         self._taken: list[Job[P]] | None = None
+        # Thread receivers handed a job by the server's loop, to be woken at the end of
+        # its turn (`_submit`): woken now, they would only wait for the loop's GIL.
+        self._unwoken: list[_ThreadWaiter] = []
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -95,14 +98,53 @@ class Queue(Generic[P]):
             QueueFull: the queue is at capacity (message ``run queue is full``).
             QueueClosed: the queue is closed (message ``scheduler is shutting down``).
         """
-        with self._lock:
+        handed = self._submit(job, False)
+        if handed.__class__ is not bool:
+            handed.wake()  # type: ignore[union-attr]
+
+    def _submit(self, job: Job[P], defer: bool) -> bool | _Waiter | _Dispatcher:
+        """`submit`, for the server; the caller wakes an async receiver handed the job.
+
+        With *defer*, a thread receiver handed the job is woken by
+        `_wake_deferred`: the server defers on its loop thread, whose turn
+        holds the GIL, so a worker woken in the middle of it would only wait
+        for it, and take the GIL back between the loop's callbacks. Woken at
+        the end of the turn, it takes every job the turn queued in one go.
+
+        Returns:
+            The async receiver (`aget`'s or `execute`'s) handed the job, not
+            woken yet: the caller wakes it (``wake`` or ``dispatch``). Else
+            whether a thread receiver was handed the job and woken now.
+        """
+        lock = self._lock
+        lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+        try:
             if self._closed:
                 raise QueueClosed
-            if len(self._items) - self._promised >= self._capacity + len(self._waiters):
+            waiters = self._waiters
+            if len(self._items) - self._promised >= self._capacity + len(waiters):
                 raise QueueFull
             self._items.append(job)
-            waiter = self._promise() if self._waiters else None
-        if waiter is not None:
+            if not waiters:
+                return False
+            waiter = waiters.popleft()  # hand the job to the longest-waiting receiver
+            waiter.promised = True
+            self._promised += 1
+            if waiter.__class__ is not _ThreadWaiter:
+                return waiter  # type: ignore[return-value]
+            if defer:
+                self._unwoken.append(waiter)
+                return False
+        finally:
+            lock.release()
+        waiter.wake()
+        return True
+
+    def _wake_deferred(self) -> None:
+        """Wake the thread receivers `_submit` handed jobs to without waking them."""
+        with self._lock:
+            waiters, self._unwoken = self._unwoken, []
+        for waiter in waiters:
             waiter.wake()
 
     def close(self) -> None:
@@ -112,12 +154,16 @@ class Queue(Generic[P]):
         """
         with self._lock:
             self._closed = True
-            waiters = list(self._waiters)
+            waiters: list[_Waiter | _ThreadWaiter | _Dispatcher] = [
+                *self._waiters,
+                *self._unwoken,
+            ]
             self._waiters.clear()
+            self._unwoken = []
         for waiter in waiters:
             waiter.wake()
 
-    def _promise(self) -> _Waiter | _ThreadWaiter:
+    def _promise(self) -> _Waiter | _ThreadWaiter | _Dispatcher:
         """Hand the newest job to the longest-waiting receiver (lock held)."""
         waiter = self._waiters.popleft()
         waiter.promised = True
@@ -133,7 +179,9 @@ class Queue(Generic[P]):
             taken.append(job)
         return job
 
-    def _withdraw(self, waiter: _Waiter | _ThreadWaiter) -> _Waiter | _ThreadWaiter | None:
+    def _withdraw(
+        self, waiter: _Waiter | _ThreadWaiter | _Dispatcher
+    ) -> _Waiter | _ThreadWaiter | _Dispatcher | None:
         """A receiver gives up waiting (lock held): pass a job meant for it on.
 
         Returns:
@@ -175,40 +223,55 @@ class Queue(Generic[P]):
             _refuse_on_a_loop()
         return self._get(stop, seconds)
 
-    def _get(self, stop: threading.Event | None, seconds: float | None) -> Job[P] | None:
+    def _get(
+        self,
+        stop: threading.Event | None,
+        seconds: float | None,
+        waiter: _ThreadWaiter | None = None,
+    ) -> Job[P] | None:
+        """`get`; *waiter*, if given, is the caller's for every wait (`_jobs` keeps one).
+
+        A waiter is re-armed by each wait that returns (its lock is held again),
+        so one serves any number of waits; a late wake-up meant for an earlier
+        wait only makes a later one look again.
+        """
         deadline = None if seconds is None else time.monotonic() + seconds
-        current: list[_ThreadWaiter] = []
         unsubscribe: Callable[[], None] | None = None
+        lock = self._lock
         try:
             while True:
-                with self._lock:
+                lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+                try:
                     if self._items:
-                        return self._take()
+                        return self._items.popleft() if self._taken is None else self._take()
                     if self._closed:
                         raise QueueClosed
                     if seconds == 0 or (stop is not None and stop.is_set()):
                         return None
-                    waiter = _ThreadWaiter()
+                    if waiter is None:
+                        waiter = _ThreadWaiter()
+                    waiter.promised = False
                     self._waiters.append(waiter)
-                    current[:] = [waiter]
+                finally:
+                    lock.release()
                 if stop is not None and unsubscribe is None:
                     from ._stopwatch import subscribe
 
-                    def wake_current() -> None:
-                        current[0].wake()  # the waiter of this turn of the loop
-
-                    unsubscribe = subscribe(stop, wake_current)
+                    unsubscribe = subscribe(stop, waiter.wake)
                 remaining = None if deadline is None else deadline - time.monotonic()
                 woken = waiter.wait(remaining)
-                with self._lock:
+                lock.acquire()
+                try:
                     if waiter.promised:  # a job was handed to us: take it, whatever woke us
                         waiter.promised = False
                         self._promised -= 1
                         if self._items:
-                            return self._take()
+                            return self._items.popleft() if self._taken is None else self._take()
                         continue
                     if waiter in self._waiters:
                         self._waiters.remove(waiter)
+                finally:
+                    lock.release()
                 if not woken:
                     return None  # the timeout passed
                 # Woken by close() or the stop event: the top of the loop says which.
@@ -225,28 +288,84 @@ class Queue(Generic[P]):
         Raises:
             QueueClosed: the queue is closed and drained.
         """
-        loop = asyncio.get_running_loop()
+        waiter = _Waiter(asyncio.get_running_loop())
         while True:
-            with self._lock:
-                if self._items:
-                    return self._take()
-                if self._closed:
-                    raise QueueClosed
-                waiter = _Waiter(loop)
-                self._waiters.append(waiter)
-            try:
-                await waiter.future
-            except BaseException:
-                with self._lock:
-                    handoff = self._withdraw(waiter)
-                if handoff is not None:
-                    handoff.wake()
-                raise
-            with self._lock:
-                if waiter.promised:
-                    self._promised -= 1
-                if self._items:
-                    return self._take()
+            job = self._take_or_enlist(waiter)
+            if job is None:
+                try:
+                    await waiter.future
+                except BaseException:
+                    self._abandon(waiter)
+                    raise
+                job = self._woken(waiter)
+            if job is not None:
+                return job
+
+    def _take_or_enlist(self, waiter: _Waiter) -> Job[P] | None:
+        """The oldest job; or ``None``, with *waiter* given a fresh future and enlisted.
+
+        One waiter serves a receiver for all its waits (`execute` keeps one).
+
+        Raises:
+            QueueClosed: the queue is closed and drained.
+        """
+        lock = self._lock
+        lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+        try:
+            if self._items:
+                return self._items.popleft() if self._taken is None else self._take()
+            if self._closed:
+                raise QueueClosed
+            waiter.future = waiter.loop.create_future()
+            waiter.promised = False
+            self._waiters.append(waiter)
+            return None
+        finally:
+            lock.release()
+
+    def _woken(self, waiter: _Waiter) -> Job[P] | None:
+        """After *waiter*'s future resolved: the oldest job, if one is left for it."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            if waiter.promised:
+                waiter.promised = False
+                self._promised -= 1
+            if self._items:
+                return self._items.popleft() if self._taken is None else self._take()
+            return None
+        finally:
+            lock.release()
+
+    def _abandon(self, waiter: _Waiter | _Dispatcher) -> None:
+        """*waiter*'s receiver stops waiting (cancelled): a job handed to it goes on."""
+        with self._lock:
+            handoff = self._withdraw(waiter)
+        if handoff is not None:
+            handoff.wake()
+
+    def _next_for(self, dispatcher: _Dispatcher) -> Job[P] | None:
+        """The oldest job for *dispatcher* (`execute`'s); or ``None``, with it enlisted.
+
+        Raises:
+            QueueClosed: the queue is closed and drained.
+        """
+        lock = self._lock
+        lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
+        try:
+            if dispatcher.promised:
+                dispatcher.promised = False
+                self._promised -= 1
+            elif dispatcher in self._waiters:
+                return None  # enlisted already (a call it did not need)
+            if self._items:
+                return self._items.popleft() if self._taken is None else self._take()
+            if self._closed:
+                raise QueueClosed
+            self._waiters.append(dispatcher)
+            return None
+        finally:
+            lock.release()
 
     def _drain(self) -> list[Job[P]]:
         """Remove and return every job no receiver has taken yet."""
@@ -269,11 +388,19 @@ class Queue(Generic[P]):
         return self._jobs()
 
     def _jobs(self) -> Iterator[Job[P]]:
+        waiter = _ThreadWaiter()  # one for every wait
+        lock, items = self._lock, self._items
         while True:
+            lock.acquire()  # a job already waiting (the turn's others): taken without _get
             try:
-                job = self._get(None, None)
-            except QueueClosed:
-                return
+                job = items.popleft() if items and self._taken is None else None
+            finally:
+                lock.release()
+            if job is None:
+                try:
+                    job = self._get(None, None, waiter)
+                except QueueClosed:
+                    return
             assert job is not None  # no stop, no timeout
             yield job
 
@@ -291,13 +418,68 @@ class _Waiter:
 
     __slots__ = ("future", "loop", "promised")
 
+    future: asyncio.Future[None]  # a fresh one for each wait (`Queue._take_or_enlist`)
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.future: asyncio.Future[None] = loop.create_future()
         self.promised = False
 
     def wake(self) -> None:
-        _wake(self.loop, self.future)
+        """Resolve the future on its own loop, from any thread (`_job._wake`, inlined)."""
+        loop, future = self.loop, self.future
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            if not future.done():
+                future.set_result(None)
+            return
+        _wake(loop, future)
+
+    dispatch = wake  # the receiver's task takes the job when it runs next
+
+
+@final
+class _Dispatcher:
+    """`execute`'s receiver for coroutine runs (Python 3.12+): it takes jobs by a callback.
+
+    Woken, it calls *take* on its loop: soon (`wake`, what `Queue.submit` and
+    `Queue.close` do), or at once when the server hands it a request's job on
+    the loop's thread (`dispatch`): the run then starts in that very call.
+    """
+
+    __slots__ = ("loop", "promised", "take")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, take: Callable[[], object]) -> None:
+        self.loop = loop
+        self.take = take
+        self.promised = False
+
+    def wake(self) -> None:
+        """Have *take* called on the loop, from any thread."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        try:
+            if running is self.loop:
+                self.loop.call_soon(self.take)
+            else:
+                self.loop.call_soon_threadsafe(self.take)
+        except RuntimeError:
+            pass  # a closed loop: nobody is waiting
+
+    def dispatch(self) -> None:
+        """Call *take* now if on the loop's thread (the server's request), else as `wake`."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self.take()
+        else:
+            self.wake()
 
 
 @final
@@ -312,8 +494,10 @@ class _ThreadWaiter:
         self.promised = False
 
     def wake(self) -> None:
-        with contextlib.suppress(RuntimeError):  # woken already
+        try:  # noqa: SIM105  # suppress() costs a context manager on every sync run
             self._lock.release()
+        except RuntimeError:
+            pass  # woken already
 
     def wait(self, timeout: float | None) -> bool:
         """Block until woken; False if *timeout* passed first."""

@@ -12,6 +12,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
+from functools import partial
 from typing import Any, Generic, TypeVar, final
 
 from ._durations import Duration, to_seconds
@@ -32,6 +33,7 @@ UNDECODABLE_REASON = "undecodable request"
 DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024
 
 _LOGGER = logging.getLogger("sched_trigger")
+_get_ident = threading.get_ident
 _QUEUED = encode_event(EVENT_QUEUED, False)
 _STARTED = encode_event(EVENT_STARTED, False)
 _UNDECODABLE = encode_event(EVENT_DONE, False, UNDECODABLE_REASON)
@@ -53,6 +55,8 @@ _FRAME_NOW = 64 * 1024
 _FD_HEADROOM = 64
 #: The descriptor limit (a system call) is read again once every this many connections.
 _FD_LIMIT_EVERY = 8
+#: Below this many descriptors left by the estimate, the limit is read for every connection.
+_FD_NEAR = 4 * _FD_HEADROOM
 
 
 def _open_descriptors() -> int:
@@ -163,6 +167,8 @@ class Server(Generic[P]):
         self._accept_timer: asyncio.TimerHandle | None = None
         # The loop's own server, where the server accepts through it (uvloop).
         self._loop_server: asyncio.AbstractServer | None = None
+        # The loop server's protocol factory: a connection, counted once it is made.
+        self._new_connection: Callable[[], _Connection] = partial(_Connection, self)
         self._loop_server_socket: _WatchedSocket | None = None
         self._server_timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._restarting: asyncio.Task[None] | None = None
@@ -190,6 +196,11 @@ class Server(Generic[P]):
         # advanced together by one wake-up of the loop.
         self._changed: deque[_Connection] = deque()
         self._wake_scheduled = False
+        # Connections with lines to write: written together at the end of the turn,
+        # by one callback (a connection's queued, started and done leave in one write
+        # when its run starts and finishes in the same turn).
+        self._unflushed: deque[_Connection] = deque()
+        self._flush_scheduled = False
         self._read_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
@@ -351,10 +362,6 @@ class Server(Generic[P]):
                 extra={"sched_error": str(error)},
             )
 
-    def _new_connection(self) -> _Connection:
-        """The loop server's protocol factory: a connection, counted once it is made."""
-        return _Connection(self)
-
     def _start_accepting(self) -> None:
         self._accept_timer = None
         sock, loop = self._sock, self._loop
@@ -417,8 +424,8 @@ class Server(Generic[P]):
         connection = _Connection(self)
         connection.counted = True
         self._active += 1
-        if self._idle_event is not None:
-            self._idle_event.clear()
+        if self._closing and self._idle_event is not None:
+            self._idle_event.clear()  # (only a closing server is ever idle)
         try:
             setup = loop.connect_accepted_socket(connection.itself, conn)
         except BaseException:
@@ -442,22 +449,38 @@ class Server(Generic[P]):
             self._idle_event = asyncio.Event()
         return self._closed_event, self._idle_event
 
-    def _changed_elsewhere(self, connection: _Connection) -> None:
-        """Called from another thread: advance *connection* on the loop, batched."""
-        self._changed.append(connection)
-        if self._wake_scheduled:
-            return  # a wake-up is on its way: it drains what this added
-        self._wake_scheduled = True
-        loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop took the connections along
-                loop.call_soon_threadsafe(self._advance_changed)
-
     def _advance_changed(self) -> None:
         self._wake_scheduled = False  # first: a change after this schedules a new wake-up
         changed = self._changed
+        # What the worker produced is complete: it is written now, not a turn later.
+        scheduled, self._flush_scheduled = self._flush_scheduled, True
         while changed:
-            changed.popleft().catch_up()
+            changed.popleft().job_changed()  # on the loop now: it queues what the job did
+        self._flush_scheduled = scheduled
+        self._write_out()
+
+    def _dirty(self, connection: _Connection) -> None:
+        """*connection* has lines to write: they leave with the others' at the end of the turn."""
+        self._unflushed.append(connection)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """The end of a turn: write every connection's lines, then wake the workers handed jobs."""
+        self._flush_scheduled = False
+        unflushed = self._unflushed
+        while unflushed:
+            unflushed.popleft().flush()
+        if self.queue._unwoken:  # (filled by this thread only: see Queue._submit)
+            self.queue._wake_deferred()
+
+    def _write_out(self) -> None:
+        unflushed = self._unflushed
+        while unflushed:
+            unflushed.popleft().flush()
 
     def _pump_later(self, connection: _Connection) -> None:
         """Queue *connection*'s next piece of work: one piece per turn, round robin.
@@ -533,12 +556,12 @@ class Server(Generic[P]):
         if not connection.counted:  # made by the loop's own server
             connection.counted = True
             self._active += 1
-            if self._idle_event is not None:
-                self._idle_event.clear()
+            if self._closing and self._idle_event is not None:
+                self._idle_event.clear()  # (only a closing server is ever idle)
             self._fd_checks += 1
             if (
                 self._fd_checks % _FD_LIMIT_EVERY == 0
-                or self._fd_limit - self._fd_base - self._active < 4 * _FD_HEADROOM
+                or self._fd_limit - self._fd_base - self._active < _FD_NEAR
             ) and self._descriptors_left() < _FD_HEADROOM:
                 self._accept_by_hand()
         if self._closing:
@@ -572,6 +595,11 @@ class Server(Generic[P]):
 
     def _released(self) -> None:
         self._active -= 1
+        if self._closing or self._accepting:
+            self._after_release()
+
+    def _after_release(self) -> None:
+        """A connection ended while closing, or while accepting by hand: the rest of `_released`."""
         if self._active == 0 and self._closing:
             self._idle()
         elif (
@@ -884,11 +912,13 @@ class _WatchedSocket(socket.socket):
 class _Connection(asyncio.Protocol):
     """One client: read one request, then stream its events; never strands the client.
 
-    Events produced in one turn of the event loop go out in one write (for a
-    job that starts and finishes at once, ``queued``, ``started`` and ``done``
-    are one send): the bytes on the wire are the same, the system calls fewer.
-    What a worker thread changes is sent by one wake-up of the loop for every
-    connection it changed meanwhile.
+    Events produced in one turn of the event loop go out in one write, at the
+    end of the turn or as soon as ``done`` is produced (for a job that starts
+    and finishes at once, ``queued``, ``started`` and ``done`` are one send):
+    the bytes on the wire are the same, the system calls fewer. A job handed
+    to a worker thread has its ``queued`` written at once (the rest comes in
+    a later turn); what worker threads change is sent by one wake-up of the
+    loop for every connection they changed meanwhile.
     """
 
     __slots__ = (
@@ -1019,8 +1049,11 @@ class _Connection(asyncio.Protocol):
             self._unreserve()
         if self._state != _WAITING:
             self._state = _FINISHED
-            self._server._released()
-        # else: the accepted job is still pending; _advance releases once it finishes.
+            server = self._server
+            server._active -= 1  # (`_released`, inlined)
+            if server._closing or server._accepting:
+                server._after_release()
+        # else: the accepted job is still pending; job_changed releases once it finishes.
 
     def read_timed_out(self) -> None:
         """The server's read deadline for this connection passed."""
@@ -1134,48 +1167,68 @@ class _Connection(asyncio.Protocol):
         # Listen before submitting: an executor on another thread may start (even
         # finish) the job before this returns; its wake-up runs after the queued line.
         # (No other thread has the job yet: its listener list is ours to fill.)
-        job._listeners.append(self._job_changed)
+        job._listeners.append(self.job_changed)
+        out = self._out
+        out.append(_QUEUED)  # first: whatever the run does, its lines follow this one
+        self._state = _WAITING
         try:
             if not self._size:
                 if server._queued_bytes + size > server._max_queued_bytes:
                     raise QueueFull
                 server._queued_bytes += size
                 self._size = size
-            server.queue.submit(job)
+            # With other requests in flight, a worker handed this job is woken at the end of
+            # the turn (by _flush), with every other job the turn queued: woken now, it would
+            # take the GIL between the loop's callbacks, one job at a time. Alone, it is woken
+            # now: its waking up overlaps the rest of the turn.
+            handed = server.queue._submit(job, server._active > 1)
         except (QueueFull, QueueClosed) as exc:
+            out.clear()
             self._unreserve()
-            job._unsubscribe(self._job_changed)
+            job._unsubscribe(self.job_changed)
             self._job = None
             self._state = _FINISHED
             server._rejected(payload, exc)
             self._write(encode_event(EVENT_DONE, False, str(exc)))
             self._close()
             return
-        self._state = _WAITING
+        if handed is True:
+            # A worker thread took it: its started and done come in a later turn (it needs
+            # the GIL this turn holds), so nothing is gained by waiting to write queued.
+            self.flush()
         if server._on_accepted is not None or server._logger.isEnabledFor(logging.INFO):
             server._accepted(payload)
-        self._write(_QUEUED)
+        if handed.__class__ is not bool:
+            # An async receiver on this loop (execute's, on Python 3.12+, runs the job now,
+            # in a task started in this call: a run that never waits ends here, its lines
+            # written with queued in one write).
+            del job, payload
+            handed.dispatch()  # type: ignore[union-attr]
+        if out and not self._lost:
+            # What is left leaves at the end of the turn; _flush then wakes a worker
+            # handed the job (whatever a hook did).
+            server._dirty(self)
 
-    def _job_changed(self) -> None:
+    def job_changed(self) -> None:
+        """The job's listener: it started or finished. On the loop, queue what it produced."""
         server = self._server
-        if threading.get_ident() == server._thread:
-            self._advance()
+        if _get_ident() != server._thread:
+            if self._advance_pending:
+                return  # the loop has not run the last wake-up yet: it will see this change too
+            self._advance_pending = True
+            # Advanced on the loop with every other connection changed meanwhile: one
+            # wake-up of the loop for them all.
+            server._changed.append(self)
+            if server._wake_scheduled:
+                return  # a wake-up is on its way: it drains what this added
+            server._wake_scheduled = True
+            loop = server._loop
+            if loop is not None:
+                try:  # noqa: SIM105  # suppress() costs a context manager on every sync run
+                    loop.call_soon_threadsafe(server._advance_changed)
+                except RuntimeError:
+                    pass  # a closed loop took the connections along
             return
-        if self._advance_pending:
-            return  # the loop has not run the last wake-up yet: it will see this change too
-        self._advance_pending = True
-        server._changed_elsewhere(self)
-
-    def catch_up(self) -> None:
-        """On the loop, after another thread changed the job: send what it produced.
-
-        What the worker produced is complete for this turn: it is written now
-        rather than one more turn of the loop later.
-        """
-        self._advance()
-        self._flush()
-
-    def _advance(self) -> None:
         self._advance_pending = False
         job = self._job
         if job is None or self._state != _WAITING:
@@ -1183,10 +1236,15 @@ class _Connection(asyncio.Protocol):
         started = job._started
         outcome = job._outcome
         if self._size and (started or outcome is not None):
-            self._unreserve()  # no longer waiting in the queue
+            server._queued_bytes -= self._size  # no longer waiting in the queue
+            self._size = 0
+        out = self._out
         if started and not self._sent_started:
             self._sent_started = True
-            self._write(_STARTED)
+            if not self._lost:
+                if not out:
+                    server._dirty(self)
+                out.append(_STARTED)
         if outcome is None:
             return
         self._state = _FINISHED
@@ -1194,34 +1252,42 @@ class _Connection(asyncio.Protocol):
         payload = job.payload
         if payload.__class__ in _CONTAINERS and len(payload) >= _FREE_SLICE:
             del payload
-            self._server._reclaim(job)
-        self._write(_done(outcome.ok, outcome.reason, outcome.duration_ms))
+            server._reclaim(job)
         if self._lost:
-            self._server._released()
+            server._released()
+            return
+        if outcome.reason or outcome.duration:
+            line = _done(outcome.ok, outcome.reason, outcome.duration_ms)
         else:
-            self._close()
+            line = _DONE_OK if outcome.ok else _DONE_FAILED
+        # The last line: whatever this turn produced for this client leaves now, in
+        # one write, and the connection closes (nothing is gained by waiting).
+        out.append(line)
+        self._close_pending = True
+        self.flush()
 
     def _write(self, data: bytes) -> None:
         if self._lost:
             return
         if not self._out:
-            loop = self._server._loop
-            assert loop is not None
-            loop.call_soon(self._flush)
+            self._server._dirty(self)
         self._out.append(data)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write what this turn of the loop produced, in one write (the server calls it)."""
         transport = self._transport
-        if not self._out or transport is None or transport.is_closing():
-            self._out.clear()
+        out = self._out
+        if not out or transport is None or transport.is_closing():
+            out.clear()
             return
-        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out.clear()
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
         transport.write(data)
         if self._write_timer is None and transport.get_write_buffer_size():
-            loop = self._server._loop
+            server = self._server
+            loop = server._loop
             assert loop is not None
-            self._write_timer = loop.call_later(self._server._write_timeout, self._write_timed_out)
+            self._write_timer = loop.call_later(server._write_timeout, self._write_timed_out)
         if self._close_pending:
             transport.close()
 
