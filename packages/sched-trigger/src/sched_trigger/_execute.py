@@ -335,7 +335,8 @@ class _Runner(Generic[P]):
         """Run the queued jobs one at a time until a run waits or none is left (then enlist)."""
         if self.busy or self.ended.done():
             return  # the end of the run in flight takes the next job; or execute is over
-        queue, stop = self.queue, self.stop
+        queue: Queue[P] = self.queue  # ours (the private-attribute linter reads this)
+        stop = self.stop
         while True:
             try:
                 job = queue._next_for(self.receiver)
