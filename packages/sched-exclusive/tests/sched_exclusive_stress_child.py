@@ -14,6 +14,9 @@ never interleave and their order in the file is the order they happened:
   journal's own flock is held around the whole transaction (every process's
   counter changes go through it), so its place in the file is the
   transaction's place in the counter's history, whatever the backend;
+* ``start TAG N M`` (the kill stress only): a job began, and the take that
+  started its cycle changed N into M (one line, written with the journal's
+  flock still held from the take, so it keeps the take's place);
 * ``log TAG MESSAGE``: a coalescing log line of WARNING level or above;
 * ``res TAG OUTCOME``: a call returned.
 
@@ -83,9 +86,12 @@ class Journaled:
         # With into_job, the start of a cycle keeps holding it until the job calls
         # started(): releasing it wakes a waiting process, which on a loaded machine
         # may take the CPU right there, between the take and the job's start, where
-        # only the library's own steps should be measured.
+        # only the library's own steps should be measured. For the same reason the
+        # take's journal line waits too: the job's first write carries it with its
+        # start (``start TAG N M``), so no write of the test's lies in that window.
         self.into_job = into_job
         self.holding = False
+        self.taken: tuple[int, int] | None = None
 
     def jitter(self) -> None:
         spin(self.rng.randrange(0, 80))
@@ -110,15 +116,25 @@ class Journaled:
         finally:
             fcntl.flock(self.order, fcntl.LOCK_UN)
 
-    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+    def start(
+        self,
+        lease: Lease,
+        change: Change,
+        *,
+        always: bool = False,
+        seen: Callable[[int], None] | None = None,
+    ) -> Started:
         inner = lease.inner if isinstance(lease, JitteredLease) else lease
         fcntl.flock(self.order, fcntl.LOCK_EX)
         self.holding = True
         try:
-            before, token, failed = self.inner.start(inner, change, always=always)
-            if failed is None and change(before) != before:
-                self.journal.write("cnt", before, change(before))
+            before, token, failed = self.inner.start(inner, change, always=always, seen=seen)
             runs = always or (failed is None and (change.kind == "clear" or before > 0))
+            if failed is None and change(before) != before:
+                if self.into_job and runs:
+                    self.taken = (before, change(before))
+                else:
+                    self.journal.write("cnt", before, change(before))
             if not (self.into_job and runs):
                 self.started()
             return before, token, failed
@@ -126,8 +142,20 @@ class Journaled:
             self.started()
             raise
 
+    def start_line(self) -> None:
+        """The job's first step: journal ``start`` (with the take it serves, if any)."""
+        taken, self.taken = self.taken, None
+        if taken is None:
+            self.journal.write("start")
+        else:
+            self.journal.write("start", *taken)
+        self.started()
+
     def started(self) -> None:
         """The job has journaled its start: the order lock goes (if still held)."""
+        if self.taken is not None:  # never started: the take is journaled on its own
+            self.journal.write("cnt", *self.taken)
+            self.taken = None
         if self.holding:
             self.holding = False
             fcntl.flock(self.order, fcntl.LOCK_UN)

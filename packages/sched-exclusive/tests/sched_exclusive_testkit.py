@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any, Protocol, final
 
 import sched_testing
 
-from sched_exclusive import Exclusive, advisory_key
+from sched_exclusive import CoordinationError, Exclusive, advisory_key, fencing_token
 from sched_exclusive._backend import Backend, Change, Lease, Started
 from sched_exclusive._files import parse_count
 from sched_lock import try_lock
@@ -320,7 +322,14 @@ class Hooked:
         self._counter_call()
         return self.inner.update_counter(fn)
 
-    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+    def start(
+        self,
+        lease: Lease,
+        change: Change,
+        *,
+        always: bool = False,
+        seen: Callable[[int], None] | None = None,
+    ) -> Started:
         """The start of a cycle: one counter call (a failure injected here leaves the
         counter untouched and draws no token)."""
         inner = lease._inner if isinstance(lease, HookedLease) else lease
@@ -328,7 +337,7 @@ class Hooked:
             self._counter_call()
         except OSError as exc:
             return 0, OSError(exc.errno, f"no fencing token: {exc.strerror}"), exc
-        return self.inner.start(inner, change, always=always)
+        return self.inner.start(inner, change, always=always, seen=seen)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # fence, afence: the real backend's
@@ -339,6 +348,30 @@ def hooked(ex: Exclusive) -> Hooked:
     backend = Hooked(ex._backend)
     ex._backend = backend
     return backend
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m sched_exclusive ARGS`` in a child, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "sched_exclusive", *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
+def asking_for_tokens() -> tuple[Callable[[], None], list[CoordinationError]]:
+    """A job that asks for its cycle's fencing token, and the errors it was given."""
+    failures: list[CoordinationError] = []
+
+    def job() -> None:
+        try:
+            fencing_token()
+        except CoordinationError as exc:
+            failures.append(exc)
+
+    return job, failures
 
 
 def read_counter_file(directory: str) -> bytes:

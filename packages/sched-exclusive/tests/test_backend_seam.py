@@ -61,10 +61,19 @@ class MemoryBackend:
             before, self.count = self.count, fn(self.count)
             return before
 
-    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+    def start(
+        self,
+        lease: Lease,
+        change: Change,
+        *,
+        always: bool = False,
+        seen: Callable[[int], None] | None = None,
+    ) -> Started:
         if not lease.locked:
             raise NotStarted(errno.ENOLCK, "the lease was lost")
         with self.guard:
+            if seen is not None:
+                seen(self.count)
             self.token += 1
             return self.update_counter(change), self.token, None
 

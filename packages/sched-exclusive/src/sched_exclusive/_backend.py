@@ -49,6 +49,7 @@ from __future__ import annotations
 from ._compat import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Protocol
 else:  # the protocols only speak to type checkers: no typing import at run time
     Protocol = object
@@ -167,7 +168,14 @@ class Backend(Protocol):
                 changed only if the failure came after the read.
         """
 
-    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+    def start(
+        self,
+        lease: Lease,
+        change: Change,
+        *,
+        always: bool = False,
+        seen: Callable[[int], None] | None = None,
+    ) -> Started:
         """Start a cycle under ``lease``: apply ``change`` and draw its token.
 
         Args:
@@ -176,6 +184,13 @@ class Backend(Protocol):
                 request the cycle serves).
             always: the cycle starts whatever ``change`` finds (the first
                 run of a call), so a token is drawn in any case.
+            seen: called with the count ``change`` will find (or a lower
+                one: only requests can arrive meanwhile), *before* the
+                change commits, so that what the rules log about it (the
+                stale line) runs before the take and not between the take
+                and the job, where a holder dying loses what it took. A
+                backend may skip it when the count is zero, and does not
+                call it when the count cannot be read.
 
         Returns:
             The count before the change, the token, and the counter's

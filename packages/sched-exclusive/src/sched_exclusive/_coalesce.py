@@ -63,6 +63,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Generator
+from functools import partial
 
 from ._backend import CLEAR, TAKE_ONE, Backend, Lease, NotStarted, enqueue
 from ._compat import TYPE_CHECKING, final
@@ -191,10 +192,13 @@ def coalesce(
             log(logging.INFO, "cycle gate closed; skipping run")
             held = _release(held, failures)
             return _finish(failures, Outcome.GATED)
-        # Our own entry: this run serves it. Otherwise every count is orphaned.
+        # Our own entry: this run serves it. Otherwise every count is orphaned,
+        # and said so before the clear commits: no log handler runs between a
+        # take and the job it is for (a holder dying there loses the request).
+        seen = None if own_entry or not log.enabled(logging.WARNING) else partial(_stale, log)
         try:
-            stale, token, counter_failed = backend.start(
-                held, TAKE_ONE if own_entry else CLEAR, always=True
+            _, token, counter_failed = backend.start(
+                held, TAKE_ONE if own_entry else CLEAR, always=True, seen=seen
             )
         except NotStarted as exc:
             raise CoordinationError.from_os_error(
@@ -202,13 +206,6 @@ def coalesce(
             ) from exc
         if counter_failed is not None:
             failures.append((counter_failed, None))  # the lock is won: the run starts all the same
-        elif stale and not own_entry:
-            log(
-                logging.WARNING,
-                "stale queued-run marker cleared at startup (%d pending)",
-                stale,
-                pending=stale,
-            )
 
         reruns = 0
         attempt: int | None = 0  # of the run about to start; None: no more runs
@@ -342,6 +339,17 @@ def _finish(failures: Failures, outcome: Outcome) -> Outcome:
     return outcome
 
 
+def _stale(log: Lines, pending: int) -> None:
+    """Say that a fresh holder clears ``pending`` orphaned requests (if any)."""
+    if pending:
+        log(
+            logging.WARNING,
+            "stale queued-run marker cleared at startup (%d pending)",
+            pending,
+            pending=pending,
+        )
+
+
 @final
 class Lines:
     """Logs the coalescing lines of one call with its structured fields.
@@ -359,6 +367,10 @@ class Lines:
     def __call__(self, level: int, message: str, *args: object, **extra: Any) -> None:
         if self._logger.isEnabledFor(level):
             self._logger.log(level, message, *args, extra=self._fields | extra, stacklevel=2)
+
+    def enabled(self, level: int) -> bool:
+        """Whether a line of ``level`` would be emitted."""
+        return self._logger.isEnabledFor(level)
 
 
 @final

@@ -177,13 +177,29 @@ class FileBackend:
         self._slot.mutate(step)
         return seen
 
-    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+    def start(
+        self,
+        lease: Lease,
+        change: Change,
+        *,
+        always: bool = False,
+        seen: Callable[[int], None] | None = None,
+    ) -> Started:
         # The token first: a crash between the two then burns a token (gaps
         # are allowed) instead of widening the window between the take and
         # the job's start.
         token = self._draw()
         try:
-            before = self.update_counter(change)
+            if seen is None:
+                before = self.update_counter(change)
+            else:
+                # A count to report is read first and reported before the change
+                # commits, never under the counter's flock (a log handler must not
+                # hold it). An empty counter needs no change: the read was all.
+                before = self.read_counter()
+                if before:
+                    seen(before)
+                    before = self.update_counter(change)
         except OSError as exc:
             return 0, token, exc
         return before, token, None

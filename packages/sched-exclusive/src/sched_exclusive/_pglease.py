@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import threading
 import typing
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -145,12 +146,18 @@ class PgLease:
             )  # fmt: skip
 
     def run(
-        self, statement: Prepared, params: dict[str, Any], doing: str
+        self,
+        statement: Prepared,
+        params: dict[str, Any],
+        doing: str,
+        before_commit: Callable[[tuple[bytes | None, ...]], None] | None = None,
     ) -> tuple[bytes | None, ...]:
         """Run the start of a cycle on the held session, between the monitor's checks:
         in a transaction committed without waiting (see :mod:`._pgcommit`); ``params``
         gains the session's identity (its backend pid and its mark: :data:`OURS`), for
-        the statement to run only there.
+        the statement to run only there. ``before_commit`` is called with the row
+        before the commit is sent; if it raises, nothing is committed (the session,
+        and the lock, are dropped).
 
         Raises:
             OSError: ``ENOLCK`` when the lock is lost, already or now (a broken
@@ -184,6 +191,8 @@ class PgLease:
                 self.close()  # an interrupt: no transaction, no pipeline may outlive it
                 raise
             try:
+                if before_commit is not None:
+                    before_commit(row)
                 send_commit(session, settings)
             except BaseException as exc:
                 self.close()  # the lock goes with the session: nothing was committed

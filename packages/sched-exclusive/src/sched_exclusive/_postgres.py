@@ -46,7 +46,9 @@ import logging
 import socket
 import typing
 import weakref
+from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from typing import Any
 
 from psycopg import errors as pg_errors
@@ -306,7 +308,14 @@ class PostgresBackend:
             raise
         self.pool.give(session)
 
-    def start(self, lease: Lease, change: Change, *, always: bool = False) -> Started:
+    def start(
+        self,
+        lease: Lease,
+        change: Change,
+        *,
+        always: bool = False,
+        seen: Callable[[int], None] | None = None,
+    ) -> Started:
         """The start of a cycle, in one statement on the held session (see the module)."""
         if not isinstance(lease, PgLease):  # pragma: no cover - the rules pass our own
             raise TypeError(f"not a lease of this backend: {lease!r}")
@@ -325,6 +334,7 @@ class PostgresBackend:
                     _STARTS[change.kind, always, facts.tokens is not False],
                     params,
                     "starting a cycle",
+                    None if seen is None else partial(_seen, seen),
                 )
             except OSError as exc:
                 cause = exc.__cause__
@@ -378,6 +388,14 @@ class PostgresBackend:
     async def afence(self, aconn: Any, token: int | OSError) -> int:
         """:func:`sched_exclusive.afence` for a job of this coordinator."""
         return await _pgfence.afence(self.name, self.pool, aconn, token)
+
+
+def _seen(seen: Callable[[int], None], row: tuple[bytes | None, ...]) -> None:
+    """Pass what the start found to ``seen``, before it commits: only a count
+    read on our own session from a row that is there."""
+    before, _, ours, present = row
+    if before is not None and ours == b"t" and present == b"t":
+        seen(max(int(before), 0))
 
 
 def _no_token(exc: OSError | None) -> OSError:
