@@ -28,7 +28,13 @@ from typing import Any
 
 import pytest
 from sched_exclusive_servers import PgBouncer, holder_backend, local_backend, start_bouncer
-from sched_exclusive_testkit import DEADLINE, PgWorld, close_postgres_sessions, watched_leases
+from sched_exclusive_testkit import (
+    DEADLINE,
+    PgWorld,
+    cli,
+    close_postgres_sessions,
+    watched_leases,
+)
 from sched_testing import Child
 
 from sched_exclusive import (
@@ -467,16 +473,6 @@ def test_a_refused_transaction_pooler_is_left_as_it_was(postgres_required: str) 
     finally:
         close_postgres_sessions()
         bouncer.stop()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sched_exclusive", *args],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
 
 
 def test_status_reports_the_holder_without_taking_the_lock(

@@ -15,7 +15,6 @@ import re
 import shutil
 import string
 import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sched_exclusive_testkit import DEADLINE, PgWorld, close_postgres_sessions
+from sched_exclusive_testkit import (
+    DEADLINE,
+    PgWorld,
+    asking_for_tokens,
+    cli,
+    close_postgres_sessions,
+)
 
 from sched_exclusive import (
     CoordinationError,
@@ -90,16 +95,6 @@ def release(conn: Any, name: str) -> None:
     still find it held)."""
     conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(name),))
     conn.close()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sched_exclusive", *args],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
 
 
 # --- issue 18 item 8: what does not fit is named; every failure is the package's -------
@@ -226,13 +221,7 @@ def test_an_earlier_table_a_role_may_not_alter_runs_without_tokens(
     sql(schema, f'GRANT USAGE ON SCHEMA "{search}" TO "{role}"')
     sql(schema, f'GRANT SELECT, INSERT, UPDATE ON sched_exclusive TO "{role}"')
     ex = Exclusive.postgres(make_conninfo(schema, user=role), "job")
-    failures: list[CoordinationError] = []
-
-    def job() -> None:
-        try:
-            fencing_token()
-        except CoordinationError as exc:
-            failures.append(exc)
+    job, failures = asking_for_tokens()
 
     assert Outcome.RAN == ex.run(job)
     assert Outcome.RAN == ex.run(job)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sched_exclusive_testkit import cli
 from sched_testing import Child
 
 from sched_exclusive import Exclusive, Outcome
@@ -48,16 +49,6 @@ code = main(["status", sys.argv[1], "--json"])
 print(json.dumps(seen), file=sys.stderr)
 sys.exit(code)
 """
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sched_exclusive", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def test_idle_directory_is_idle_and_untouched(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from sched_exclusive_testkit import (
     FlockWorld,
     PgWorld,
     World,
+    asking_for_tokens,
     close_postgres_sessions,
     hooked,
 )
@@ -208,13 +209,7 @@ def test_an_unwritable_fence_file_leaves_the_cycle_without_a_token(
     caplog.set_level(logging.WARNING, "sched_exclusive")
     (tmp_path / "cycle.fence").mkdir()
     ex = Exclusive(tmp_path)
-    failures: list[CoordinationError] = []
-
-    def job() -> None:
-        try:
-            fencing_token()
-        except CoordinationError as exc:
-            failures.append(exc)
+    job, failures = asking_for_tokens()
 
     assert Outcome.RAN == ex.run(job)
     assert Outcome.RAN == ex.run(job)
@@ -271,13 +266,7 @@ def clean(content: bytes) -> bool:
 def test_a_token_past_a_bigint_is_refused(tmp_path: Path) -> None:
     """The token must fit a bigint (stores compare it there): past it, the cycle has none."""
     (tmp_path / "cycle.fence").write_bytes(b"%d\n" % MAX_TOKEN)
-    failures: list[CoordinationError] = []
-
-    def job() -> None:
-        try:
-            fencing_token()
-        except CoordinationError as exc:
-            failures.append(exc)
+    job, failures = asking_for_tokens()
 
     assert Outcome.RAN == Exclusive(tmp_path).run(job)
     assert errno.EOVERFLOW == failures[0].errno
