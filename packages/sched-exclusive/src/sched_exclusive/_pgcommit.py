@@ -226,15 +226,7 @@ def settle_then(
     pgconn = conn.pgconn
 
     def talk() -> tuple[bytes | None, ...]:
-        fresh = _send(pgconn, conn, statement, params)
-        pgconn.pipeline_sync()
-        _flush(pgconn)
-        row, failure = _to_sync(pgconn, 2)
-        if failure is not None:
-            raise failure
-        if fresh:
-            _PREPARED[conn].add(statement.name)
-        return row
+        return _read(pgconn, conn, statement, params, 2)  # the commit's Sync, then ours
 
     return under_deadline(session, settings, doing, talk)
 
@@ -249,14 +241,22 @@ def look(
 
     def talk() -> tuple[bytes | None, ...]:
         pgconn.enter_pipeline_mode()
-        fresh = _send(pgconn, conn, statement, params)
-        pgconn.pipeline_sync()
-        _flush(pgconn)
-        row, failure = _to_sync(pgconn, 1)
-        if failure is not None:
-            raise failure
-        if fresh:
-            _PREPARED[conn].add(statement.name)
-        return row
+        return _read(pgconn, conn, statement, params, 1)
 
     return under_deadline(session, settings, doing, talk)
+
+
+def _read(
+    pgconn: pq.abc.PGconn, conn: Any, statement: Prepared, params: dict[str, Any], syncs: int
+) -> tuple[bytes | None, ...]:
+    """Send ``statement`` and a Sync in pipeline mode, read up to the reply to the
+    ``syncs``-th Sync outstanding, leave pipeline mode; the statement's row."""
+    fresh = _send(pgconn, conn, statement, params)
+    pgconn.pipeline_sync()
+    _flush(pgconn)
+    row, failure = _to_sync(pgconn, syncs)
+    if failure is not None:
+        raise failure
+    if fresh:
+        _PREPARED[conn].add(statement.name)
+    return row
