@@ -478,7 +478,12 @@ def frame_and_decode(data: bytes) -> object:
 
 
 def measure_decoding(rounds: int) -> dict[str, tuple[float, float]]:
-    """Median seconds of json.loads and of framing + decoding, per shape, interleaved."""
+    """Median CPU seconds of json.loads and of framing + decoding, per shape, interleaved.
+
+    The thread's CPU time, not wall time: both run on this thread alone, and on
+    a shared machine waiting for a core is no cost of either (page faults and
+    the garbage collector, which are, count).
+    """
     import gc
 
     samples: dict[str, tuple[list[float], list[float]]] = {}
@@ -487,9 +492,9 @@ def measure_decoding(rounds: int) -> dict[str, tuple[float, float]]:
         for _ in range(rounds):
             for which, fn in ((theirs, json.loads), (ours, frame_and_decode)):
                 gc.collect()
-                began = time.perf_counter()
+                began = time.thread_time()
                 value = fn(data)
-                which.append(time.perf_counter() - began)
+                which.append(time.thread_time() - began)
                 del value
     return {
         name: (statistics.median(theirs), statistics.median(ours))
@@ -778,14 +783,16 @@ def report(
     out.text(
         "An 8 MiB request of each shape, fed to the server's reader 256 KiB at a time and "
         "decoded to the end (its slices run back to back here), against `json.loads` of the "
-        f"same bytes (the baseline). Target: at most {DECODE_TARGET:.2f}x for any shape."
+        "same bytes (the baseline); the median CPU time of the thread, page faults and the "
+        "garbage collector included, waiting for a core on the shared machine not. Target: "
+        f"at most {DECODE_TARGET:.2f}x for any shape."
     )
     rows, worst_decode = [], 0.0
     for name, (theirs, ours) in decoding.items():
         rows.append([f"json.loads, {name}", seconds(theirs), ratio(1.0)])
         rows.append([f"sched-trigger, {name}", seconds(ours), ratio(ours / theirs)])
         worst_decode = max(worst_decode, ours / theirs)
-    out.table(["variant", "median", "ratio to baseline"], rows)
+    out.table(["variant", "median CPU", "ratio to baseline"], rows)
     out.target("framing and decoding", f"≤ {DECODE_TARGET:.2f}x", worst_decode <= DECODE_TARGET)
     name = "`[{},{},…]`"
     out.summary(
