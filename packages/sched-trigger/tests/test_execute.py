@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import sys
 import threading
 
 import pytest
@@ -272,48 +271,9 @@ def test_a_sync_run_sees_stop_before_each_job_without_a_loop_round_trip() -> Non
     assert not made[1].started
 
 
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="tasks start eagerly from Python 3.12")
-def test_a_job_handed_to_an_idle_executor_by_the_server_runs_in_that_very_call() -> None:
-    """On 3.12+, the server hands a request's job to an idle executor and the run starts
-    within that call, in a task of its own: a run that never waits has its result when
-    the hand-over returns (no turn of the loop in between); one that waits goes on in
-    its task, and the next job waits for it."""
-    tasks: list[asyncio.Task[object] | None] = []
-
-    async def run(stop: asyncio.Event, trigger: str, payload: int) -> Outcome:
-        tasks.append(asyncio.current_task())
-        if payload == 2:
-            # sleep-ok: this run waits once, as a real one does
-            await asyncio.sleep(0)
-        return Outcome(True, f"ran {payload}")
-
-    async def scenario() -> None:
-        queue: Queue[int] = Queue(4)
-        executor = asyncio.create_task(execute(queue, run, stop=asyncio.Event()))
-        # sleep-ok: one zero-length yield: the executor enlists as the idle receiver
-        await asyncio.sleep(0)
-        first = Job("test", 1)
-        handed = queue._submit(first, False)
-        handed.dispatch()  # type: ignore[union-attr]
-        assert Outcome(True, "ran 1") == first.outcome  # at once
-        second, third = Job("test", 2), Job("test", 3)
-        queue._submit(second, False).dispatch()  # type: ignore[union-attr]
-        assert second.started  # it waits, in its task
-        assert not second.done
-        assert False is queue._submit(third, False)  # queued behind it
-        assert Outcome(True, "ran 3") == await asyncio.wait_for(third.aresult(), DEADLINE)
-        assert Outcome(True, "ran 2") == second.outcome
-        queue.close()
-        await asyncio.wait_for(executor, DEADLINE)
-        assert 3 == len({id(t) for t in tasks})
-        assert executor not in tasks
-
-    run_async(scenario())
-
-
 def test_coroutine_runs_share_the_executor_context() -> None:
     """Every coroutine run sees the context execute was started in, and what one run
-    sets there the next one sees, as when all ran in execute's own task."""
+    sets there the next one sees: the runs take turns in execute's own task."""
     seen: list[int] = []
 
     async def run(stop: asyncio.Event, trigger: str, payload: int) -> Outcome:

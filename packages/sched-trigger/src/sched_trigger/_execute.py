@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import inspect
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Generic, TypeVar, final
+from typing import TypeVar
 
 from ._errors import QueueClosed
 from ._job import CANCELLED_REASON, Job, Outcome
-from ._queue import Queue, _Dispatcher, _Waiter
+from ._queue import Queue, _Waiter
 
 __all__ = ["Executor", "execute", "in_worker", "run_jobs"]
 
@@ -171,12 +169,8 @@ async def execute(
     that mirrors *stop*, so the event loop (and the socket server on it) keeps
     answering meanwhile; the worker takes the jobs from the queue itself, so a
     run costs no round trip through the event loop. A coroutine function runs
-    on the loop with *stop* itself; from Python 3.12 each run has a task of
-    its own, started eagerly: when the server hands an idle executor a
-    request's job, the run begins within the server's handling of the
-    request (on 3.11 the runs take turns in this task). The runs share one
-    context, this task's (a copy of it from 3.12). Jobs received after
-    *stop* is set are finished with `CANCELLED_REASON` without starting.
+    on the loop with *stop* itself. Jobs received after *stop* is set are
+    finished with `CANCELLED_REASON` without starting.
 
     If *run* raises, or `execute` itself is cancelled, the job in flight still
     gets its true result (``panic: …`` for an exception; a worker thread is
@@ -203,9 +197,6 @@ async def execute(
             await in_worker(queue, partial(run_jobs, run=run), thread_stop)  # type: ignore[arg-type]
         finally:
             mirror.cancel()
-        return
-    if _EAGER_TASKS:
-        await _dispatched(queue, run, stop)  # type: ignore[arg-type]
         return
     task = asyncio.current_task()
     waiter = _Waiter(asyncio.get_running_loop())  # one for every wait: `Queue.aget`, unrolled
@@ -249,173 +240,3 @@ async def execute(
         queue.close()
         _cancel_all(queue._drain())
         raise
-
-
-#: Python 3.12's tasks can start at once, within the call that makes them (``eager_start``).
-_EAGER_TASKS = sys.version_info >= (3, 12)
-
-
-def _eager_task(
-    coro: Awaitable[object],
-    loop: asyncio.AbstractEventLoop,
-    context: contextvars.Context,
-) -> asyncio.Task[object]:
-    """A task of *coro* on *loop*, started at once (its first step runs in this call)."""
-    if sys.version_info >= (3, 12):
-        return asyncio.Task(coro, loop=loop, context=context, eager_start=True)  # type: ignore[arg-type]
-    raise RuntimeError("eager tasks need Python 3.12")  # pragma: no cover  # (see _EAGER_TASKS)
-
-
-async def _dispatched(queue: Queue[P], run: AsyncRun[P], stop: asyncio.Event) -> None:
-    """`execute` for a coroutine *run* (Python 3.12+): each job runs in a task of its own.
-
-    The job's task starts eagerly, in the call that hands the job over: when
-    the server hands an idle executor a request's job, the run begins (and a
-    run that never waits ends, its ``done`` line written) within the server's
-    handling of the request, without a turn of the loop in between, where a
-    task woken through a future costs a loop callback and a task step. The
-    runs share one context, a copy of this task's, as they shared this task's.
-    """
-    runner = _Runner(queue, run, stop, asyncio.get_running_loop())
-    try:
-        runner.take()
-        try:
-            error = await runner.ended
-        except asyncio.CancelledError:
-            await runner.cancel()
-            raise
-        if error is not None:
-            raise error
-    except BaseException:
-        queue.close()
-        _cancel_all(queue._drain())
-        raise
-
-
-@final
-class _Runner(Generic[P]):
-    """The state of `_dispatched`: the queue's receiver, and the run in flight."""
-
-    __slots__ = (
-        "began",
-        "busy",
-        "context",
-        "ended",
-        "job",
-        "loop",
-        "queue",
-        "receiver",
-        "run",
-        "stop",
-        "task",
-    )
-
-    def __init__(
-        self,
-        queue: Queue[P],
-        run: AsyncRun[P],
-        stop: asyncio.Event,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.queue = queue
-        self.run = run
-        self.stop = stop
-        self.loop = loop
-        # Set (to the error that ends execute, or None) once execute must return.
-        self.ended: asyncio.Future[BaseException | None] = loop.create_future()
-        self.context = contextvars.copy_context()
-        self.receiver = _Dispatcher(loop, self.take)
-        self.busy = False
-        # A run that waits, while it waits: its task, its job, when it began.
-        self.task: asyncio.Task[object] | None = None
-        self.job: Job[P] | None = None
-        self.began = 0.0
-
-    def take(self) -> None:
-        """Run the queued jobs one at a time until a run waits or none is left (then enlist)."""
-        if self.busy or self.ended.done():
-            return  # the end of the run in flight takes the next job; or execute is over
-        queue: Queue[P] = self.queue  # ours (the private-attribute linter reads this)
-        stop = self.stop
-        while True:
-            try:
-                job = queue._next_for(self.receiver)
-            except QueueClosed:
-                self._end(None)  # closed and drained
-                return
-            if job is None:
-                return  # enlisted: a submit wakes us
-            if stop.is_set():
-                job.finish(Outcome(False, CANCELLED_REASON))
-                continue
-            self.busy = True
-            job.start()
-            began = time.monotonic()
-            try:
-                task = _eager_task(
-                    self.run(stop, job.trigger, job.payload), self.loop, self.context
-                )
-            except BaseException as exc:  # the call raised, or its first step (KeyboardInterrupt)
-                self.busy = False
-                job.finish(Outcome(False, _panic(exc), time.monotonic() - began))
-                self._end(exc)
-                if isinstance(exc, Exception):
-                    return
-                raise
-            if not task.done():
-                self.task, self.job, self.began = task, job, began
-                task.add_done_callback(self.finished)
-                return
-            self.busy = False
-            if not self._settle(job, began, task):
-                return
-            del job, task  # let go: see run_jobs
-
-    def finished(self, task: asyncio.Task[object]) -> None:
-        """A run that waited is over: its job's result, then the next job."""
-        job, began = self.job, self.began
-        self.task = self.job = None
-        self.busy = False
-        assert job is not None
-        if self._settle(job, began, task):
-            del job, task
-            self.take()
-
-    def _settle(self, job: Job[P], began: float, task: asyncio.Task[object]) -> bool:
-        """Finish *job* with what its run's *task* gave; False if that ends execute."""
-        if task.cancelled():
-            job.finish(Outcome(False, CANCELLED_REASON, time.monotonic() - began))
-            self._end(asyncio.CancelledError())  # (execute's own cancellation, or the run's)
-            return False
-        error = task.exception()
-        if error is None:
-            returned = task.result()
-            if returned.__class__ is Outcome:
-                job.finish(returned)
-                return True
-            try:
-                job.finish(_checked(returned))
-            except TypeError as exc:
-                error = exc
-            else:
-                return True
-        job.finish(Outcome(False, _panic(error), time.monotonic() - began))
-        self._end(error)
-        return False
-
-    def _end(self, error: BaseException | None) -> None:
-        if not self.ended.done():
-            self.ended.set_result(error)
-
-    async def cancel(self) -> None:
-        """execute is cancelled: take no more jobs; cancel the run in flight and wait for it."""
-        self.queue._abandon(self.receiver)
-        task = self.task
-        if task is None:
-            return
-        task.cancel()
-        while not task.done():
-            try:
-                await asyncio.wait((task,))
-            except asyncio.CancelledError:
-                task.cancel()  # cancelled again: pass it on, and still wait for the result

@@ -60,7 +60,7 @@ class Queue(Generic[P]):
         self._lock = threading.Lock()
         self._items: deque[Job[P]] = deque()
         # Receivers blocked in get() or aget() that no job has been handed to yet.
-        self._waiters: deque[_Waiter | _ThreadWaiter | _Dispatcher] = deque()
+        self._waiters: deque[_Waiter | _ThreadWaiter] = deque()
         # Jobs in _items already handed to a woken receiver that has not taken them yet.
         self._promised = 0
         self._closed = False
@@ -98,23 +98,18 @@ class Queue(Generic[P]):
             QueueFull: the queue is at capacity (message ``run queue is full``).
             QueueClosed: the queue is closed (message ``scheduler is shutting down``).
         """
-        handed = self._submit(job, False)
-        if handed.__class__ is not bool:
-            handed.wake()  # type: ignore[union-attr]
+        self._submit(job, False)
 
-    def _submit(self, job: Job[P], defer: bool) -> bool | _Waiter | _Dispatcher:
-        """`submit`, for the server; the caller wakes an async receiver handed the job.
+    def _submit(self, job: Job[P], defer: bool) -> bool:
+        """`submit`; with *defer*, a thread receiver handed the job is woken by `_wake_deferred`.
 
-        With *defer*, a thread receiver handed the job is woken by
-        `_wake_deferred`: the server defers on its loop thread, whose turn
-        holds the GIL, so a worker woken in the middle of it would only wait
-        for it, and take the GIL back between the loop's callbacks. Woken at
-        the end of the turn, it takes every job the turn queued in one go.
+        The server defers on its loop thread, whose turn holds the GIL: a worker
+        woken in the middle of it would only wait for it, and take the GIL back
+        between the loop's callbacks. Woken at the end of the turn, it takes
+        every job the turn queued in one go.
 
         Returns:
-            The async receiver (`aget`'s or `execute`'s) handed the job, not
-            woken yet: the caller wakes it (``wake`` or ``dispatch``). Else
-            whether a thread receiver was handed the job and woken now.
+            Whether a thread receiver was handed the job and woken now.
         """
         lock = self._lock
         lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
@@ -130,15 +125,17 @@ class Queue(Generic[P]):
             waiter = waiters.popleft()  # hand the job to the longest-waiting receiver
             waiter.promised = True
             self._promised += 1
-            if waiter.__class__ is not _ThreadWaiter:
-                return waiter  # type: ignore[return-value]
-            if defer:
-                self._unwoken.append(waiter)
-                return False
+            if waiter.__class__ is _ThreadWaiter:
+                if defer:
+                    self._unwoken.append(waiter)
+                    return False
+                woke_thread = True
+            else:
+                woke_thread = False
         finally:
             lock.release()
         waiter.wake()
-        return True
+        return woke_thread
 
     def _wake_deferred(self) -> None:
         """Wake the thread receivers `_submit` handed jobs to without waking them."""
@@ -154,16 +151,13 @@ class Queue(Generic[P]):
         """
         with self._lock:
             self._closed = True
-            waiters: list[_Waiter | _ThreadWaiter | _Dispatcher] = [
-                *self._waiters,
-                *self._unwoken,
-            ]
+            waiters: list[_Waiter | _ThreadWaiter] = [*self._waiters, *self._unwoken]
             self._waiters.clear()
             self._unwoken = []
         for waiter in waiters:
             waiter.wake()
 
-    def _promise(self) -> _Waiter | _ThreadWaiter | _Dispatcher:
+    def _promise(self) -> _Waiter | _ThreadWaiter:
         """Hand the newest job to the longest-waiting receiver (lock held)."""
         waiter = self._waiters.popleft()
         waiter.promised = True
@@ -179,9 +173,7 @@ class Queue(Generic[P]):
             taken.append(job)
         return job
 
-    def _withdraw(
-        self, waiter: _Waiter | _ThreadWaiter | _Dispatcher
-    ) -> _Waiter | _ThreadWaiter | _Dispatcher | None:
+    def _withdraw(self, waiter: _Waiter | _ThreadWaiter) -> _Waiter | _ThreadWaiter | None:
         """A receiver gives up waiting (lock held): pass a job meant for it on.
 
         Returns:
@@ -337,35 +329,12 @@ class Queue(Generic[P]):
         finally:
             lock.release()
 
-    def _abandon(self, waiter: _Waiter | _Dispatcher) -> None:
+    def _abandon(self, waiter: _Waiter) -> None:
         """*waiter*'s receiver stops waiting (cancelled): a job handed to it goes on."""
         with self._lock:
             handoff = self._withdraw(waiter)
         if handoff is not None:
             handoff.wake()
-
-    def _next_for(self, dispatcher: _Dispatcher) -> Job[P] | None:
-        """The oldest job for *dispatcher* (`execute`'s); or ``None``, with it enlisted.
-
-        Raises:
-            QueueClosed: the queue is closed and drained.
-        """
-        lock = self._lock
-        lock.acquire()  # (cheaper than ``with`` on the hot path; released on every way out)
-        try:
-            if dispatcher.promised:
-                dispatcher.promised = False
-                self._promised -= 1
-            elif dispatcher in self._waiters:
-                return None  # enlisted already (a call it did not need)
-            if self._items:
-                return self._items.popleft() if self._taken is None else self._take()
-            if self._closed:
-                raise QueueClosed
-            self._waiters.append(dispatcher)
-            return None
-        finally:
-            lock.release()
 
     def _drain(self) -> list[Job[P]]:
         """Remove and return every job no receiver has taken yet."""
@@ -436,50 +405,6 @@ class _Waiter:
                 future.set_result(None)
             return
         _wake(loop, future)
-
-    dispatch = wake  # the receiver's task takes the job when it runs next
-
-
-@final
-class _Dispatcher:
-    """`execute`'s receiver for coroutine runs (Python 3.12+): it takes jobs by a callback.
-
-    Woken, it calls *take* on its loop: soon (`wake`, what `Queue.submit` and
-    `Queue.close` do), or at once when the server hands it a request's job on
-    the loop's thread (`dispatch`): the run then starts in that very call.
-    """
-
-    __slots__ = ("loop", "promised", "take")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, take: Callable[[], object]) -> None:
-        self.loop = loop
-        self.take = take
-        self.promised = False
-
-    def wake(self) -> None:
-        """Have *take* called on the loop, from any thread."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        try:
-            if running is self.loop:
-                self.loop.call_soon(self.take)
-            else:
-                self.loop.call_soon_threadsafe(self.take)
-        except RuntimeError:
-            pass  # a closed loop: nobody is waiting
-
-    def dispatch(self) -> None:
-        """Call *take* now if on the loop's thread (the server's request), else as `wake`."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            self.take()
-        else:
-            self.wake()
 
 
 @final

@@ -204,6 +204,7 @@ class _Frame:
         "probe_until",
         "sep",
         "sep_at",
+        "tracked",
     )
 
     def __init__(self, opener: str, pairs: bool) -> None:
@@ -217,6 +218,7 @@ class _Frame:
         self.mapped = False  # whether items (a long list) was given its own mapping
         self.sep = ""  # the text between two elements seen last, if structural
         self.sep_at = 0  # where the comma is in sep
+        self.tracked: bool | None = None  # whether its elements are containers gc follows
 
     def add(self, value: Any) -> None:
         if self.close == "]":
@@ -340,15 +342,17 @@ class _Source:
         return self._next >= len(self._chunks)
 
     def read(self, want: int) -> str:
-        """The next *want* bytes or so as text (less only at the end; ``""`` after it)."""
+        """About *want* bytes more as text (from half to twice that: whole chunks as they
+        came, when they are of that size, so that no bytes are joined; less only at the
+        end, and ``""`` after it)."""
         chunks = self._chunks
         taken: list[Any] = [self._undecoded] if self._undecoded else []
         got = 0
-        while got < want and self._next < len(chunks):
+        while got < want // 2 + 1 and self._next < len(chunks):
             chunk = chunks[self._next]
             start = self._offset
             end = start + want - got
-            if end < len(chunk):  # a large chunk (one request in one piece) goes by windows
+            if end + want < len(chunk):  # a large chunk (a request in one piece) goes by windows
                 taken.append(memoryview(chunk)[start:end])
                 self._offset = end
             else:
@@ -507,21 +511,37 @@ def _decoding(
                     f"at offset {base + pos}"
                 )
             if base + pos > frame.probe_until and len(stack) <= _C_DEPTH:
-                began = time.perf_counter()
-                after, closes, batch = _batch(text, pos, frame, decode, base=base, span=span)
-                if batch:
-                    work += after - pos
-                    span = _next_span(span, after - pos, batch, time.perf_counter() - began)
-                    need = ahead = 2 * span + _PROBE
-                else:
-                    work += span
-                if after >= 0:
+                while True:
+                    began = time.perf_counter()
+                    after, closes, batch = _batch(text, pos, frame, decode, base=base, span=span)
+                    if batch:
+                        work += after - pos
+                        if frame.tracked is None:
+                            frame.tracked = gc.is_tracked(_sample(batch))
+                        span = _next_span(
+                            span, after - pos, len(batch), time.perf_counter() - began, frame
+                        )
+                        need = ahead = 2 * span + _PROBE
+                    else:
+                        work += span
+                    if after < 0 or closes:
+                        break
                     pos = after
+                    frame.after_comma = True
+                    # Straight on to the next batch while this step has work left, the
+                    # window holds a batch ahead, and an element (no close) starts there.
+                    if work >= slice_ or size - pos < need:
+                        break
+                    at = _skip(text, pos)
+                    char = text[at : at + 1]
+                    if not char or char == frame.close or (frame.close == "}" and char != '"'):
+                        break
+                    pos = at
+                if after >= 0:
                     if not closes:
-                        frame.after_comma = True
-                        continue  # the next batch
+                        continue  # the main loop goes on after the batch's last comma
                     char = frame.close  # the batch ran to the container's close
-                    pos -= 1
+                    pos = after - 1
             if char != frame.close:
                 if frame.close == "}":
                     try:
@@ -682,7 +702,14 @@ def _batch(
     return -1, False, None
 
 
-def _next_span(span: int, chars: int, batch: Any, took: float) -> int:
+def _sample(batch: Any) -> Any:
+    """An element of a non-empty batch (a member's value, for an object)."""
+    if isinstance(batch, dict):
+        return next(iter(batch.values()))
+    return batch[-1][1] if isinstance(batch, Pairs) else batch[-1]
+
+
+def _next_span(span: int, chars: int, count: int, took: float, frame: _Frame) -> int:
     """How many characters the next batch should take, from what the last one cost.
 
     Its elements are then merged into the container (a reference taken and one
@@ -692,17 +719,13 @@ def _next_span(span: int, chars: int, batch: Any, took: float) -> int:
     go in batches of about `_BATCH_TIME`, as few as that allows, since every
     batch of them sets off a collection of the young generation.
     """
-    if isinstance(batch, dict):
-        sample = next(iter(batch.values()))
-    else:
-        sample = batch[-1][1] if isinstance(batch, Pairs) else batch[-1]
-    if gc.is_tracked(sample):
+    if frame.tracked:  # (as the container's first batch showed)
         if took < _BATCH_TIME / 2:
             span = min(2 * span, _SPAN_MAX * SLICE)
         elif took > 2 * _BATCH_TIME:
             span //= 2
     else:
-        span = min(chars * _BATCH_ITEMS // len(batch), SLICE)
+        span = min(chars * _BATCH_ITEMS // count, SLICE)
     return max(SLICE // 4, span, 1)
 
 

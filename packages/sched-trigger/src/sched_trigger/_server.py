@@ -1168,9 +1168,6 @@ class _Connection(asyncio.Protocol):
         # finish) the job before this returns; its wake-up runs after the queued line.
         # (No other thread has the job yet: its listener list is ours to fill.)
         job._listeners.append(self.job_changed)
-        out = self._out
-        out.append(_QUEUED)  # first: whatever the run does, its lines follow this one
-        self._state = _WAITING
         try:
             if not self._size:
                 if server._queued_bytes + size > server._max_queued_bytes:
@@ -1182,9 +1179,8 @@ class _Connection(asyncio.Protocol):
             # take the GIL between the loop's callbacks, one job at a time. Alone, it is woken
             # now: its waking up overlaps the rest of the turn.
             queue: Queue[Any] = server.queue  # ours (the private-attribute linter reads this)
-            handed = queue._submit(job, server._active > 1)
+            handed_to_a_thread = queue._submit(job, server._active > 1)
         except (QueueFull, QueueClosed) as exc:
-            out.clear()
             self._unreserve()
             job._unsubscribe(self.job_changed)
             self._job = None
@@ -1193,22 +1189,19 @@ class _Connection(asyncio.Protocol):
             self._write(encode_event(EVENT_DONE, False, str(exc)))
             self._close()
             return
-        if handed is True:
-            # A worker thread took it: its started and done come in a later turn (it needs
-            # the GIL this turn holds), so nothing is gained by waiting to write queued.
+        self._state = _WAITING
+        out = self._out
+        if handed_to_a_thread:
+            # Its started and done come in a later turn (the worker needs the GIL this turn
+            # holds): nothing is gained by waiting to write queued.
+            out.append(_QUEUED)
             self.flush()
+        else:
+            if not out:
+                server._dirty(self)  # (whatever a hook does, _flush runs: it wakes the worker)
+            out.append(_QUEUED)
         if server._on_accepted is not None or server._logger.isEnabledFor(logging.INFO):
             server._accepted(payload)
-        if handed.__class__ is not bool:
-            # An async receiver on this loop (execute's, on Python 3.12+, runs the job now,
-            # in a task started in this call: a run that never waits ends here, its lines
-            # written with queued in one write).
-            del job, payload
-            handed.dispatch()  # type: ignore[union-attr]
-        if out and not self._lost:
-            # What is left leaves at the end of the turn; _flush then wakes a worker
-            # handed the job (whatever a hook did).
-            server._dirty(self)
 
     def job_changed(self) -> None:
         """The job's listener: it started or finished. On the loop, queue what it produced."""
