@@ -129,7 +129,11 @@ def _drains(count: int, logged: tuple[logging.Logger, _Collect], **options: obje
         lines = _stop_lines(handler)
         assert len(lines) <= 1, lines
         missing += not lines
-        assert -signal.SIGTERM == result.returncode  # the shell died of it
+        if result.returncode != -signal.SIGTERM:  # the shell died of it, unless...
+            # ...a loaded machine did not run it within the short grace: then the
+            # escalation is the one this grace allows, and says so.
+            assert -signal.SIGKILL == result.returncode
+            assert any("at the end of the grace" in r.getMessage() for r in handler.records)
     assert 0 == missing, f"the stop requested line was missing in {missing} of {count} drains"
 
 
