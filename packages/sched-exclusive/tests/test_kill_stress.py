@@ -85,7 +85,7 @@ def fire(tag, seed):
         except ExclusiveError as exc:
             outcome = exc.outcome
         journal.write("res", outcome)
-        time.sleep(rng.random() * 0.002)
+        time.sleep(rng.random() * 0.002)  # sleep-ok: spreads the calls; not an ordering device
 print("ready", flush=True)
 for line in sys.stdin:
     command = line.split()
