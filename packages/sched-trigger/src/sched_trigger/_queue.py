@@ -394,17 +394,8 @@ class _Waiter:
         self.promised = False
 
     def wake(self) -> None:
-        """Resolve the future on its own loop, from any thread (`_job._wake`, inlined)."""
-        loop, future = self.loop, self.future
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            if not future.done():
-                future.set_result(None)
-            return
-        _wake(loop, future)
+        """Resolve the future on its own loop, from any thread."""
+        _wake(self.loop, self.future)
 
 
 @final
