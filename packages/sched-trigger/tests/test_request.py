@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from sched_trigger_testkit import json_values
 
 import sched_trigger._request as request
+from sched_trigger._payload import dataclass_decoder
 from sched_trigger._request import (
     RequestReader,
     Undecodable,
-    dataclass_decoder,
     decoding,
     finish,
 )

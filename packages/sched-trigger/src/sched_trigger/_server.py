@@ -19,8 +19,9 @@ from ._durations import Duration, to_seconds
 from ._errors import CLOSED_MESSAGE, FULL_MESSAGE, QueueClosed, QueueFull
 from ._job import TRIGGER_EXTERNAL, Job
 from ._listen import DEFAULT_BACKLOG, unlink_if_ours
+from ._payload import dataclass_decoder
 from ._queue import Queue
-from ._request import NOTHING, Pairs, RequestReader, Undecodable, dataclass_decoder, whole
+from ._request import NOTHING, Pairs, RequestReader, Undecodable, whole
 from ._wire import EVENT_DONE, EVENT_QUEUED, EVENT_STARTED, MAX_EVENT_LINE, encode_event
 
 __all__ = ["DEFAULT_MAX_QUEUED_BYTES", "UNDECODABLE_REASON", "Server"]
