@@ -377,3 +377,27 @@ def test_a_role_idle_session_timeout_never_ends_a_held_lock(postgres_required: s
             )
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
+
+
+def test_an_armed_deadline_never_keeps_a_dropped_session(postgres_required: str) -> None:
+    """An interrupt between arming a statement's deadline and disarming it drops the
+    session: the deadline thread must not keep it (and its server backend) alive until
+    the deadline, where a later call, or test, finds it."""
+    import gc
+    import weakref
+
+    import psycopg
+
+    from sched_exclusive._pgdeadline import deadlines
+    from sched_exclusive._pgsession import Session
+
+    conn = psycopg.connect(postgres_required, autocommit=True)
+    try:
+        session = Session(conn, conn.info.backend_pid)
+        deadlines().arm(session, 60.0)  # never disarmed: the interrupt's case
+        dropped = weakref.ref(session)
+        del session
+        gc.collect()
+        assert dropped() is None
+    finally:
+        conn.close()

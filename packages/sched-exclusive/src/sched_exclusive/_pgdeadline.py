@@ -7,6 +7,7 @@ import math
 import threading
 import time
 import typing
+import weakref
 
 from . import _pgprocess
 from ._stopwatch import start_helper
@@ -22,12 +23,15 @@ class Deadlines:
 
     One thread per process, started on first use, asleep while nothing is
     in flight. Arming costs a dict entry under a lock; the thread is woken
-    only when a deadline earlier than its next wake-up arrives.
+    only when a deadline earlier than its next wake-up arrives. An entry
+    refers to its session weakly: a session dropped while armed (an
+    interrupt between arming and disarming) is not kept alive, with its
+    server backend, until its deadline.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._armed: dict[int, tuple[float, Session]] = {}
+        self._armed: dict[int, tuple[float, weakref.ref[Session]]] = {}
         self._tokens = 0
         self._wake_at = math.inf
         self._thread: threading.Thread | None = None
@@ -37,7 +41,7 @@ class Deadlines:
         with self._cond:
             self._tokens += 1
             token = self._tokens
-            self._armed[token] = (deadline, session)
+            self._armed[token] = (deadline, weakref.ref(session))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="sched-exclusive-deadlines", daemon=True
@@ -54,20 +58,26 @@ class Deadlines:
 
     def _run(self) -> None:
         while True:
-            expired: list[Session] = []
+            expired: list[weakref.ref[Session]] = []
             with self._cond:
                 now = time.monotonic()
-                for token, (deadline, session) in list(self._armed.items()):
+                for token, (deadline, ref) in list(self._armed.items()):
                     if deadline <= now:
                         del self._armed[token]
-                        expired.append(session)
+                        expired.append(ref)
                 if not expired:
                     earliest = min((d for d, _ in self._armed.values()), default=math.inf)
                     self._wake_at = earliest
                     self._cond.wait(None if earliest == math.inf else earliest - now)
                     self._wake_at = 0.0
-            for session in expired:
-                session.abort()
+            while expired:  # no session stays referenced from here while it waits
+                _abort(expired.pop())
+
+
+def _abort(ref: weakref.ref[Session]) -> None:
+    session = ref()
+    if session is not None:  # a dropped one closed its socket with its connection
+        session.abort()
 
 
 _STATE_LOCK = threading.Lock()
