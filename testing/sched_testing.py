@@ -415,6 +415,8 @@ class Interrupter:
         self._next: dict[FrameType, int | None] = {}
         self._ops = _POINTS  # what follows each instruction depends only on the code
         self.fired = False
+        #: Where it fired (file, line, function), for a failure's message.
+        self.where = ""
 
     def _after(self, code: CodeType, offset: int) -> int | None:
         """Where a point follows the instruction at ``offset``: -1 anywhere, an
@@ -448,6 +450,8 @@ class Interrupter:
                 self._seen += 1
                 if self._seen == self._n:
                     self.fired = True
+                    code = frame.f_code
+                    self.where = f"{code.co_filename}:{frame.f_lineno} in {code.co_qualname}"
                     if self._crash:
                         os.kill(os.getpid(), signal.SIGKILL)
                     raise KeyboardInterrupt

@@ -202,6 +202,18 @@ class PgWorld:
             self.conn.execute("RESET lock_timeout")
         return True
 
+    def holders(self) -> str:
+        """The other sessions' granted locks that can block this job's lock or row,
+        with what each session is doing: a failure's message."""
+        rows = self.conn.execute(
+            "SELECT l.locktype, l.mode, l.classid, l.objid, a.pid, a.application_name, "
+            "a.state, now() - a.state_change, left(a.query, 120) "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.granted AND l.pid <> pg_backend_pid() "
+            "AND l.locktype IN ('advisory', 'transactionid', 'tuple')"
+        ).fetchall()
+        return "; ".join(repr(tuple(row)) for row in rows) or "no lock held"
+
     def counter(self) -> int:
         row = self.conn.execute(
             "SELECT queued FROM sched_exclusive WHERE name = %s", (self.name,)
