@@ -223,7 +223,10 @@ class PostgresBackend:
             session = self.pool.take()
             lease = PgLease(self, session)  # owns the session before the lock statement runs
             try:
-                return self._acquire(lease, session)
+                # Stored, not returned, inside the block: a return is outside the
+                # handlers, and an interrupt there would keep the won lease alive
+                # in this frame (its traceback's) with the lock.
+                held = self._acquire(lease, session)
             except OSError as exc:
                 lease.close()  # the lock may have been taken: closing releases it
                 if not ended_idle(session, exc):
@@ -231,6 +234,8 @@ class PostgresBackend:
             except BaseException:
                 lease.close()
                 raise
+            else:
+                return held
 
     def _acquire(self, lease: PgLease, session: Session) -> PgLease | None:
         params = {**self._acquire_params, **session.identity}
