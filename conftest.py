@@ -12,11 +12,17 @@ only its tests share in a module with a package-unique name beside them
 ``sys.path``, so ``testing/`` and every ``tests/`` folder go there once, here:
 ``packages/*/tests`` in the tree, and ``tests`` where a suite runs from a copy
 beside this file (the wheel tests, which get a copy of ``testing/`` too).
+
+A shell without job control starts a background command (``nox &``, a CI
+step's ``cmd &``) with SIGINT ignored, and every child inherits that: the
+tests that press Ctrl-C on a child would then wait for an exit that never
+comes. The suite takes SIGINT's default back, once, here.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -29,6 +35,9 @@ settings.register_profile(
     "deep", deadline=None, max_examples=5_000, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("SCHED_HYPOTHESIS_PROFILE", "ci"))
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _HERE = Path(__file__).resolve().parent
 for _tests in sorted([_HERE / "testing", _HERE / "tests", *_HERE.glob("packages/*/tests")]):
