@@ -259,9 +259,11 @@ def test_a_run_with_a_rerun(place: World) -> None:
     assert Outcome.RAN_QUEUED == call()
 
 
-def reprobe_and_handoff(place: World, holders: list[Held]) -> Callable[[], Outcome]:
+def test_a_reprobe_and_a_handoff(place: World) -> None:
     """A requester that queues and then wins the re-probe, and a holder that takes the
     lock back for a request that slipped in before its release."""
+
+    holders: list[Held] = []
 
     def call() -> Outcome:
         ex = place.exclusive()
@@ -275,14 +277,6 @@ def reprobe_and_handoff(place: World, holders: list[Held]) -> Callable[[], Outco
         finally:
             holder.unlock()
 
-    return call
-
-
-def test_a_reprobe_and_a_handoff(place: World) -> None:
-    """A requester that queues and then wins the re-probe, and a holder that takes the
-    lock back for a request that slipped in before its release."""
-    holders: list[Held] = []
-    call = reprobe_and_handoff(place, holders)
     points = interrupt_everywhere(place, call, holders)
     assert points > 100
     assert Outcome.RAN_QUEUED == call()
